@@ -1,0 +1,97 @@
+"""MLflow for a training run: the flow owns one run and writes to it by id; workers never do."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from mlflow.entities import Metric, Param
+from mlflow.tracking import MlflowClient
+
+
+def project_root() -> Path:
+    """The checkout (for an editable install) or else the working directory."""
+    here = Path(__file__).resolve().parents[1]
+    return here if (here / "pyproject.toml").exists() else Path.cwd()
+
+
+def default_tracking_uri() -> str:
+    """MLFLOW_TRACKING_URI if set, else a SQLite store inside the project folder (absolute path,
+    so that flows started elsewhere, e.g. by a worker, write to the same store)."""
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    store = project_root() / "mlruns"
+    store.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{store / 'mlflow.db'}"
+
+
+def flatten(params: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    """Nested dicts to dotted keys: {'ppo': {'gamma': 0.9}} -> {'ppo.gamma': '0.9'}."""
+    flat: dict[str, str] = {}
+    for key, value in params.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = str(value)
+    return flat
+
+
+class RunTracker:
+    """One MLflow run: params once, metrics in batches with step = round index."""
+
+    def __init__(self, tracking_uri: str | None = None):
+        self.tracking_uri = tracking_uri or default_tracking_uri()
+        self.client = MlflowClient(self.tracking_uri)
+        self.run_id: str | None = None
+        self.experiment_id: str | None = None
+
+    def start(self, experiment: str, run_name: str, params: dict[str, Any],
+              tags: dict[str, str] | None = None, run_id: str | None = None) -> str:
+        """Start a new run, or reopen `run_id` to resume it."""
+        if run_id is not None:
+            self.run_id = run_id
+            self.experiment_id = self.client.get_run(run_id).info.experiment_id
+            self.client.update_run(run_id, status="RUNNING")
+            return run_id
+        found = self.client.get_experiment_by_name(experiment)
+        if found is None:
+            location = None
+            if self.tracking_uri.startswith("sqlite:///"):
+                # Keep artifacts beside the store, not in whatever the working directory is.
+                store_dir = Path(self.tracking_uri.removeprefix("sqlite:///")).parent
+                location = (store_dir / "artifacts").as_uri()
+            self.experiment_id = self.client.create_experiment(experiment, artifact_location=location)
+        else:
+            self.experiment_id = found.experiment_id
+        run = self.client.create_run(self.experiment_id, run_name=run_name, tags=tags or {})
+        self.run_id = run.info.run_id
+        flat = flatten(params)
+        items = [Param(k, v[:6000]) for k, v in flat.items()]
+        for i in range(0, len(items), 100):
+            self.client.log_batch(self.run_id, params=items[i:i + 100])
+        return self.run_id
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        now = int(time.time() * 1000)
+        batch = [Metric(k, float(v), now, step) for k, v in metrics.items()
+                 if v is not None and math.isfinite(float(v))]
+        self.client.log_batch(self.run_id, metrics=batch)
+
+    def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
+        self.client.log_artifact(self.run_id, str(path), artifact_path)
+
+    def set_tags(self, tags: dict[str, str]) -> None:
+        for key, value in tags.items():
+            self.client.set_tag(self.run_id, key, value)
+
+    def finish(self, status: str = "FINISHED") -> None:
+        if self.run_id is not None:
+            self.client.set_terminated(self.run_id, status=status)
+
+    def run_url_hint(self) -> str:
+        return (f"mlflow ui --backend-store-uri {self.tracking_uri} --host 127.0.0.1 "
+                f"(experiment {self.experiment_id}, run {self.run_id})")

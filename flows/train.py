@@ -1,0 +1,207 @@
+"""The `train` flow: rounds of schedule -> rollout (mapped I_k wide) -> update until J, B or K.
+
+Each round is a `train-round` subflow. Run it with embedded defaults:
+
+    python -m flows.train                      # CartPole-v1, Fixed(8), temporary local Prefect API
+    python -m flows.train --env CartPole-v1 --scheduler adapt --seed 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+# A fresh temporary server takes 20+ s to migrate its database on a busy 2-core machine.
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+
+from prefect import flow, get_run_logger, unmapped  # noqa: E402
+from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings  # noqa: E402
+from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
+
+from flows.session import TrainingSession  # noqa: E402
+from flows.tracking import RunTracker, project_root  # noqa: E402
+from models.cost import PriceTable  # noqa: E402
+from models.policy import weights_to_bytes  # noqa: E402
+from models.presets import resolve_run_config  # noqa: E402
+from tasks.backends import BACKENDS, ActorBackend, make_backend  # noqa: E402
+from tasks.rounds import rollout, schedule, update  # noqa: E402
+
+
+def round_flow(session: TrainingSession, backend: ActorBackend):
+    """The `train-round` subflow, bound to this run's session and actor backend.
+
+    A closure rather than a module-level flow with the session as a parameter: Prefect
+    JSON-encodes flow parameters for the API, and walking a learner would cost more than a
+    round. The run's visible parameters stay the round index and the actor count.
+    """
+
+    @flow(name="train-round", flow_run_name="round-{round_index}-x{actors}", persist_result=False,
+          validate_parameters=False, task_runner=ThreadPoolTaskRunner(max_workers=session.cfg.i_max))
+    def train_round(round_index: int, actors: int):
+        jobs = session.jobs(actors, session.learner.weights())
+        batches = rollout.map(unmapped(backend), jobs).result()
+        stats = update(session.learner, batches, round_index)
+        return batches, stats
+
+    return train_round
+
+
+@flow(name="train", persist_result=False, validate_parameters=True)
+def train(
+    env: str = "CartPole-v1",
+    scheduler: str | None = None,
+    target_return: float | None = None,
+    budget_usd: float | None = None,
+    max_rounds: int | None = None,
+    i_max: int = 32,
+    fragment: int | None = None,
+    envs_per_actor: int | None = None,
+    seed: int = 0,
+    backend: str = "local",
+    ppo: dict[str, Any] | None = None,
+    actor_memory_gb: float | None = None,
+    learner_device: str = "auto",
+    prices_file: str | None = None,
+    tracking_uri: str | None = None,
+    experiment: str | None = None,
+    checkpoint_dir: str | None = None,
+    local_workers: int | None = None,
+) -> dict[str, Any]:
+    """Train PPO on `env` with per-round actor counts chosen by `scheduler`.
+
+    Args:
+        env: gymnasium env id; its preset (models/data/presets.toml) fills what is left unset.
+        scheduler: fixed:N, max, adapt, increase:N[:step[:every]] or decrease:N[:step[:every]].
+        target_return: J; training stops once a round's mean episode return reaches it.
+        budget_usd: B; a hard limit: a round the last round's cost says would overspend is not run.
+        max_rounds: K; at most this many rounds.
+        i_max: largest actor count a scheduler may choose.
+        fragment: env steps each actor samples per round.
+        envs_per_actor: environments one actor steps in lockstep (divides fragment).
+        seed: run seed; actor i of round k uses a seed derived from (seed, k, i).
+        backend: where actors run: local (warm processes on this machine).
+        ppo: overrides of PPO hyperparameters, e.g. {"learning_rate": 0.001}.
+        actor_memory_gb: memory billed per actor.
+        learner_device: auto (CUDA when present), cpu or cuda.
+        prices_file: TOML price table overriding the packaged one.
+        tracking_uri: MLflow store; default MLFLOW_TRACKING_URI or ./mlruns/mlflow.db.
+        experiment: MLflow experiment name; default minionsrl/<env>.
+        checkpoint_dir: where per-round checkpoints go; default ./checkpoints.
+        local_workers: worker processes of the local backend; default one per core.
+    """
+    cfg = resolve_run_config(env, backends=BACKENDS, scheduler=scheduler,
+                             target_return=target_return, budget_usd=budget_usd,
+                             max_rounds=max_rounds, i_max=i_max, fragment=fragment,
+                             envs_per_actor=envs_per_actor, seed=seed, backend=backend, ppo=ppo,
+                             actor_memory_gb=actor_memory_gb, learner_device=learner_device)
+    prices = PriceTable.load(prices_file).with_actor_memory(cfg.actor_memory_gb)
+    logger = get_run_logger()
+    session = TrainingSession(cfg, prices)
+    tracker = RunTracker(tracking_uri)
+    run_name = f"{cfg.env_id}__{session.scheduler.name}__{cfg.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
+    session.run_id = tracker.start(experiment or f"minionsrl/{cfg.env_id}", run_name,
+                                   params=run_params(cfg, prices),
+                                   tags={"minionsrl.scheduler": session.scheduler.name,
+                                         "minionsrl.backend": cfg.backend})
+    ckpt_path = Path(checkpoint_dir or project_root() / "checkpoints") / session.run_id / "latest.pt"
+    status = "FAILED"
+    actor_backend = make_backend(cfg.backend, cfg.env_id, local_workers)
+    try:
+        run_round = round_flow(session, actor_backend)
+        # Round subflows skip heartbeats: each costs up to 1 s at flow exit (the heartbeat
+        # thread sleeps in 1 s steps before join). The parent `train` run keeps its own.
+        with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+            while session.stop_reason is None:
+                k = session.round_index
+                actors = schedule(session.scheduler, session.state())
+                if not session.next_round_fits_budget(actors):
+                    session.stop_reason = "budget_spent"
+                    logger.info("round %d not started: its estimated cost exceeds the $%.6f left",
+                                k, session.budget_left_usd)
+                    break
+                started = time.perf_counter()
+                batches, stats = run_round(round_index=k, actors=actors)
+                metrics = session.record(batches, stats, time.perf_counter() - started)
+                tracker.log_metrics(metrics, step=k)
+                session.save(ckpt_path)
+                logger.info("round %d: %d actors, return %.1f, P_k %.2fs, wall %.2fs, $%.6f",
+                            k, actors, metrics["rollout/ep_return_mean"], metrics["time/round_s"],
+                            metrics["time/round_wall_s"], metrics["cost/round_usd"])
+        final = ckpt_path.with_name("final_policy.pt")
+        final.write_bytes(weights_to_bytes(session.learner.policy))
+        tracker.log_artifact(final, "policy")
+        summary = session.summary()
+        tracker.set_tags({"minionsrl.stop_reason": str(session.stop_reason)})
+        tracker.log_metrics({"summary/target_reached": float(summary["target_reached"]),
+                             "summary/time_to_stop_s": summary["time_to_stop_s"],
+                             "summary/cost_usd": summary["cost_usd"],
+                             "summary/server_cluster_cost_usd": summary["server_cluster_cost_usd"]},
+                            step=session.round_index)
+        status = "FINISHED"
+        logger.info("stopped: %s after %d rounds; MLflow run %s in %s", session.stop_reason,
+                    session.round_index, session.run_id, tracker.tracking_uri)
+        summary["tracking_uri"] = tracker.tracking_uri
+        summary["checkpoint"] = str(ckpt_path)
+        return summary
+    finally:
+        actor_backend.close()
+        tracker.finish(status)
+
+
+def run_params(cfg, prices: PriceTable) -> dict[str, Any]:
+    import dataclasses
+
+    params = dataclasses.asdict(cfg)
+    params["prices"] = {"source": prices.source, "actor": dataclasses.asdict(prices.actor),
+                        "learner": dataclasses.asdict(prices.learner),
+                        "server_per_hour": prices.server_per_s * 3600}
+    return params
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Train PPO with MinionsRL on Prefect.")
+    parser.add_argument("--env", default="CartPole-v1")
+    parser.add_argument("--scheduler")
+    parser.add_argument("--target-return", type=float)
+    parser.add_argument("--budget-usd", type=float)
+    parser.add_argument("--max-rounds", type=int)
+    parser.add_argument("--i-max", type=int, default=32)
+    parser.add_argument("--fragment", type=int)
+    parser.add_argument("--envs-per-actor", type=int)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", type=int, nargs="*", help="run one training per seed")
+    parser.add_argument("--backend", default="local")
+    parser.add_argument("--ppo", type=json.loads, help='JSON overrides, e.g. \'{"learning_rate": 0.001}\'')
+    parser.add_argument("--learner-device", default="auto")
+    parser.add_argument("--prices-file")
+    parser.add_argument("--tracking-uri")
+    args = parser.parse_args(argv)
+    summaries = []
+    for seed in args.seeds or [args.seed]:
+        summaries.append(train(env=args.env, scheduler=args.scheduler,
+                               target_return=args.target_return, budget_usd=args.budget_usd,
+                               max_rounds=args.max_rounds, i_max=args.i_max,
+                               fragment=args.fragment, envs_per_actor=args.envs_per_actor,
+                               seed=seed, backend=args.backend, ppo=args.ppo,
+                               learner_device=args.learner_device,
+                               prices_file=args.prices_file, tracking_uri=args.tracking_uri))
+    for s in summaries:
+        print(f"seed {s['seed']}: {s['stop_reason']} after {s['rounds']} rounds, "
+              f"final return {s['final_return']:.1f}, {s['env_steps']} env steps, "
+              f"time to stop (sum P_k) {s['time_to_stop_s']:.1f}s, wall {s['wall_time_s']:.1f}s, "
+              f"cost ${s['cost_usd']:.5f} (server cluster ${s['server_cluster_cost_usd']:.3f})")
+    if summaries:
+        print(f"\nMLflow store: {summaries[0]['tracking_uri']}\n"
+              f"  look: mlflow ui --backend-store-uri {summaries[0]['tracking_uri']} "
+              "--host 127.0.0.1 --port 5000, then open http://127.0.0.1:5000")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""Environment presets (data) and a synchronous batch of environments for one actor."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+
+from models.config import ConfigError
+
+def check_env_id(env_id: str) -> None:
+    """Fail fast, before any actor starts, on an id gymnasium does not know."""
+    _register_optional_envs()
+    if env_id not in gym.registry:
+        close = [k for k in gym.registry if k.lower().startswith(env_id.split("-")[0].lower())]
+        hint = f"; did you mean one of {sorted(close)[:5]}?" if close else ""
+        raise ConfigError(f"unknown gymnasium env id {env_id!r}{hint}")
+
+
+@functools.cache
+def _register_optional_envs() -> None:
+    try:  # Atari ids exist only after ale_py registers them.
+        import ale_py
+
+        gym.register_envs(ale_py)
+    except ImportError:
+        pass
+
+
+def make_env(env_id: str) -> gym.Env:
+    _register_optional_envs()
+    return gym.make(env_id)
+
+
+@dataclass(frozen=True)
+class EnvSpaces:
+    obs_shape: tuple[int, ...]
+    obs_dtype: np.dtype
+    discrete: bool
+    n_actions: int  # discrete: number of actions; continuous: action dimension
+    action_low: np.ndarray | None = None
+    action_high: np.ndarray | None = None
+
+
+def env_spaces(env_id: str) -> EnvSpaces:
+    env = make_env(env_id)
+    try:
+        return spaces_of(env)
+    finally:
+        env.close()
+
+
+def spaces_of(env: gym.Env) -> EnvSpaces:
+    obs, act = env.observation_space, env.action_space
+    if isinstance(act, gym.spaces.Discrete):
+        return EnvSpaces(tuple(obs.shape), obs.dtype, True, int(act.n))
+    if isinstance(act, gym.spaces.Box):
+        return EnvSpaces(tuple(obs.shape), obs.dtype, False, int(np.prod(act.shape)),
+                         act.low.astype(np.float32), act.high.astype(np.float32))
+    raise ConfigError(f"unsupported action space {act}")
+
+
+class EnvBatch:
+    """N environments stepped in lockstep in this process, reset on the step that ends an episode.
+
+    A hand-rolled loop, not gymnasium's vector envs: their next-step autoreset inserts a dummy
+    transition, and subprocess vector envs were measured far slower on one core.
+    """
+
+    def __init__(self, env_id: str, num_envs: int, seed: int):
+        self.envs = [make_env(env_id) for _ in range(num_envs)]
+        self.spaces = spaces_of(self.envs[0])
+        self.num_envs = num_envs
+        first = [env.reset(seed=seed + i)[0] for i, env in enumerate(self.envs)]
+        self.obs = np.stack(first)
+        self.episode_return = np.zeros(num_envs, dtype=np.float64)
+        self.episode_length = np.zeros(num_envs, dtype=np.int64)
+        self.completed_returns: list[float] = []
+        self.completed_lengths: list[int] = []
+
+    def step(self, actions: np.ndarray):
+        """Step every env; returns (next_obs, rewards, terminated, truncated, final_obs_by_env).
+
+        next_obs holds the first observation of the new episode where one ended; the ended
+        episode's last observation is in final_obs_by_env (env index -> obs), needed to bootstrap
+        truncated episodes.
+        """
+        n = self.num_envs
+        rewards = np.empty(n, dtype=np.float32)
+        terminated = np.empty(n, dtype=bool)
+        truncated = np.empty(n, dtype=bool)
+        final_obs: dict[int, np.ndarray] = {}
+        for i, env in enumerate(self.envs):
+            obs, reward, term, trunc, _ = env.step(actions[i])
+            rewards[i], terminated[i], truncated[i] = reward, term, trunc
+            self.episode_return[i] += reward
+            self.episode_length[i] += 1
+            if term or trunc:
+                final_obs[i] = obs
+                self.completed_returns.append(float(self.episode_return[i]))
+                self.completed_lengths.append(int(self.episode_length[i]))
+                self.episode_return[i] = 0.0
+                self.episode_length[i] = 0
+                obs, _ = env.reset()
+            self.obs[i] = obs
+        return self.obs, rewards, terminated, truncated, final_obs
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()

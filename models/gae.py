@@ -1,0 +1,44 @@
+"""Generalised advantage estimation over [T, N] fragments with terminated/truncated handled apart."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def compute_gae(
+    rewards: np.ndarray,
+    values: np.ndarray,
+    next_values: np.ndarray,
+    terminated: np.ndarray,
+    truncated: np.ndarray,
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Advantages and returns, all arrays shaped [T, N].
+
+    next_values[t] is V of the observation that followed step t in the same episode: the next
+    stored observation, the final observation of a truncated episode, or the fragment's last
+    observation at t = T-1. A terminated step bootstraps 0; an episode end of either kind cuts
+    the lambda-trace so that no advantage leaks across episodes or actors' fragments.
+    """
+    terminated = terminated.astype(np.float64)
+    episode_end = np.logical_or(terminated, truncated).astype(np.float64)
+    deltas = rewards + gamma * next_values * (1.0 - terminated) - values
+    advantages = np.zeros_like(deltas, dtype=np.float64)
+    running = np.zeros(deltas.shape[1:], dtype=np.float64)
+    for t in reversed(range(deltas.shape[0])):
+        running = deltas[t] + gamma * gae_lambda * (1.0 - episode_end[t]) * running
+        advantages[t] = running
+    returns = advantages + values
+    return advantages.astype(np.float32), returns.astype(np.float32)
+
+
+def next_values_for(values: np.ndarray, last_values: np.ndarray,
+                    trunc_index: np.ndarray, trunc_values: np.ndarray) -> np.ndarray:
+    """Build next_values [T, N] from V(obs) [T, N], V(last obs) [N] and V(truncated finals)."""
+    next_values = np.empty_like(values)
+    next_values[:-1] = values[1:]
+    next_values[-1] = last_values
+    if len(trunc_index):
+        next_values[trunc_index[:, 0], trunc_index[:, 1]] = trunc_values
+    return next_values

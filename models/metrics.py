@@ -1,0 +1,86 @@
+"""Per-round time, cost and return figures from actors' own timings (SPEC §3).
+
+Two round times are kept apart and labelled:
+- time/round_s (P_k): learner time plus the slowest actor's own duration, i.e. the round as it
+  would run with one core per actor;
+- time/round_wall_s: what the clock on this machine saw, including any wait for a free core.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from models.cost import PriceTable, round_cost, round_time
+from models.rollout import RolloutBatch
+
+
+def actor_phases(batch: RolloutBatch) -> dict[str, float]:
+    """The parts of one actor's duration P^a, from the flow's request to its data back.
+
+    Waiting for a free local core (queue_s) is not part of P^a: with one core per actor, as
+    on serverless infrastructure, it would not exist.
+    """
+    t = batch.timings
+    dispatched = t.get("dispatched_at", t["requested_at"])
+    phases = {
+        "dispatch_s": max(dispatched - t["requested_at"], 0.0),
+        "queue_s": max(t["started_at"] - dispatched, 0.0),
+        "startup_s": t["startup_s"],
+        "weight_load_s": t["weight_load_s"],
+        "sampling_s": t["sampling_s"],
+        "upload_s": max(t.get("received_at", t["sampled_at"]) - t["sampled_at"], 0.0),
+    }
+    phases["duration_s"] = (phases["dispatch_s"] + phases["startup_s"] + phases["weight_load_s"]
+                            + phases["sampling_s"] + phases["upload_s"])
+    return phases
+
+
+def busy_span(intervals: list[tuple[float, float]]) -> float:
+    """Length of the union of [start, end] intervals."""
+    total, current_start, current_end = 0.0, None, None
+    for start, end in sorted(intervals):
+        if current_end is None or start > current_end:
+            if current_end is not None:
+                total += current_end - current_start
+            current_start, current_end = start, end
+        else:
+            current_end = max(current_end, end)
+    if current_end is not None:
+        total += current_end - current_start
+    return total
+
+
+def mean_return(batches: list[RolloutBatch]) -> float:
+    """R_k: mean return of the episodes that actors completed this round (NaN if none did)."""
+    returns = [r for b in batches for r in b.episode_returns]
+    return float(np.mean(returns)) if returns else math.nan
+
+
+def round_metrics(batches: list[RolloutBatch], learner_s: float, wall_s: float,
+                  prices: PriceTable) -> dict[str, float]:
+    """Time, cost and sampling figures of one round, with MLflow-style grouped keys."""
+    phases = [actor_phases(b) for b in batches]
+    durations = [p["duration_s"] for p in phases]
+    actor_busy = busy_span([(b.timings["started_at"], b.timings.get("sent_at", b.timings["sampled_at"]))
+                            for b in batches])
+    steps = sum(b.steps for b in batches)
+    episodes = [r for b in batches for r in b.episode_returns]
+    out = {
+        "rollout/ep_return_mean": mean_return(batches),
+        "rollout/episodes": float(len(episodes)),
+        "rollout/env_steps": float(steps),
+        "sched/actors": float(len(batches)),
+        "time/actor_mean_s": float(np.mean(durations)),
+        "time/actor_max_s": float(np.max(durations)),
+        "time/round_s": round_time(learner_s, durations),
+        "time/round_wall_s": wall_s,
+        "time/orchestration_s": max(wall_s - actor_busy - learner_s, 0.0),
+        "cost/round_usd": round_cost(learner_s, durations, prices),
+    }
+    for key in ("dispatch_s", "queue_s", "startup_s", "weight_load_s", "sampling_s", "upload_s"):
+        out[f"time/actor_{key}"] = float(np.mean([p[key] for p in phases]))
+    sampling = sum(p["sampling_s"] for p in phases)
+    out["perf/actor_steps_per_s"] = steps / sampling if sampling > 0 else math.nan
+    return out

@@ -1,0 +1,200 @@
+"""The PPO learner: merge actors' fragments, GAE, clipped-surrogate epochs (CleanRL's phases)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from models.config import PPOConfig
+from models.envs import EnvSpaces
+from models.gae import compute_gae, next_values_for
+from models.policy import ActorCritic, weights_to_bytes
+from models.rollout import RolloutBatch
+
+
+@dataclass
+class PPOLoss:
+    loss: torch.Tensor
+    policy_loss: torch.Tensor
+    value_loss: torch.Tensor
+    entropy: torch.Tensor
+    approx_kl: torch.Tensor
+    clipfrac: torch.Tensor
+
+
+def ppo_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
+             new_values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
+             entropy: torch.Tensor, cfg: PPOConfig) -> PPOLoss:
+    """Clipped surrogate + value loss - entropy bonus, with KL and clip-fraction diagnostics."""
+    log_ratio = new_logp - old_logp
+    ratio = log_ratio.exp()
+    with torch.no_grad():
+        approx_kl = ((ratio - 1) - log_ratio).mean()  # k3 estimator: >= 0, unbiased
+        clipfrac = ((ratio - 1.0).abs() > cfg.clip_coef).float().mean()
+    if cfg.norm_adv and advantages.numel() > 1:
+        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    surrogate = torch.max(-advantages * ratio,
+                          -advantages * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef))
+    policy_loss = surrogate.mean()
+    if cfg.clip_vloss:
+        clipped = old_values + (new_values - old_values).clamp(-cfg.clip_coef, cfg.clip_coef)
+        value_loss = 0.5 * torch.max((new_values - returns) ** 2, (clipped - returns) ** 2).mean()
+    else:
+        value_loss = 0.5 * ((new_values - returns) ** 2).mean()
+    entropy_mean = entropy.mean()
+    loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy_mean
+    return PPOLoss(loss, policy_loss, value_loss, entropy_mean, approx_kl, clipfrac)
+
+
+@dataclass
+class LearnerBatch:
+    """Fragments of all actors flattened for minibatching, with advantages computed."""
+
+    obs: torch.Tensor
+    actions: torch.Tensor
+    logp: torch.Tensor
+    values: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
+
+    def __len__(self) -> int:
+        return self.logp.shape[0]
+
+
+def select_device(preference: str = "auto") -> torch.device:
+    if preference == "cuda" or (preference == "auto" and torch.cuda.is_available()):
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+class Learner:
+    """Holds the policy and optimiser; one `update` per round."""
+
+    def __init__(self, spaces: EnvSpaces, cfg: PPOConfig, seed: int = 0,
+                 device: str = "auto", max_rounds: int | None = None):
+        torch.set_num_threads(1)
+        torch.manual_seed(seed)
+        self.cfg = cfg
+        self.device = select_device(device)
+        self.policy = ActorCritic(spaces, cfg.hidden).to(self.device)
+        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.learning_rate, eps=1e-5)
+        self.max_rounds = max_rounds
+        self.generator = torch.Generator().manual_seed(seed)
+        self.updates = 0
+
+    def weights(self) -> bytes:
+        return weights_to_bytes(self.policy)
+
+    # -- advantage phase -----------------------------------------------------------------
+    @torch.no_grad()
+    def prepare(self, batches: list[RolloutBatch]) -> LearnerBatch:
+        """Concatenate fragments along the env axis and compute GAE in one pass.
+
+        Each actor's columns bootstrap from its own last observation, and truncated
+        episodes from their own final observation.
+        """
+        steps = {b.rewards.shape[0] for b in batches}
+        if len(steps) != 1:
+            raise ValueError(f"fragments of different lengths cannot be merged: {sorted(steps)}")
+        obs = np.concatenate([b.obs for b in batches], axis=1)
+        offsets = np.cumsum([0] + [b.rewards.shape[1] for b in batches[:-1]])
+        trunc_index = np.concatenate(
+            [b.trunc_index + np.array([0, off]) for b, off in zip(batches, offsets)])
+        trunc_obs = np.concatenate([b.trunc_obs for b in batches])
+        last_obs = np.concatenate([b.last_obs for b in batches])
+        t_len, n_envs = obs.shape[:2]
+
+        all_obs = np.concatenate([obs.reshape(t_len * n_envs, *obs.shape[2:]), last_obs, trunc_obs])
+        all_values = self.policy.value(self._tensor(all_obs)).cpu().numpy().astype(np.float64)
+        values = all_values[: t_len * n_envs].reshape(t_len, n_envs)
+        last_values = all_values[t_len * n_envs: t_len * n_envs + n_envs]
+        trunc_values = all_values[t_len * n_envs + n_envs:]
+
+        rewards = np.concatenate([b.rewards for b in batches], axis=1)
+        terminated = np.concatenate([b.terminated for b in batches], axis=1)
+        truncated = np.concatenate([b.truncated for b in batches], axis=1)
+        next_values = next_values_for(values, last_values, trunc_index, trunc_values)
+        advantages, returns = compute_gae(rewards, values, next_values, terminated, truncated,
+                                          self.cfg.gamma, self.cfg.gae_lambda)
+        actions = np.concatenate([b.actions for b in batches], axis=1)
+        logp = np.concatenate([b.logp for b in batches], axis=1)
+        flat = t_len * n_envs
+        return LearnerBatch(
+            obs=self._tensor(all_obs[:flat]),
+            actions=torch.as_tensor(actions.reshape(flat, *actions.shape[2:]), device=self.device),
+            logp=self._tensor(logp.reshape(flat)),
+            values=self._tensor(values.reshape(flat)),
+            advantages=self._tensor(advantages.reshape(flat)),
+            returns=self._tensor(returns.reshape(flat)),
+        )
+
+    def _tensor(self, array: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(array, dtype=torch.float32, device=self.device)
+
+    # -- optimisation phase --------------------------------------------------------------
+    def update(self, batches: list[RolloutBatch], round_index: int = 0) -> dict[str, float]:
+        """One PPO update on the round's fragments; returns train/... statistics."""
+        t0 = time.perf_counter()
+        cfg = self.cfg
+        if cfg.anneal_lr and self.max_rounds:
+            frac = max(1.0 - round_index / self.max_rounds, 0.0)
+            for group in self.optimizer.param_groups:
+                group["lr"] = frac * cfg.learning_rate
+        data = self.prepare(batches)
+        n = len(data)
+        mb = min(cfg.minibatch_size, n)
+        sums = {"loss": 0.0, "policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0,
+                "approx_kl": 0.0, "clipfrac": 0.0, "grad_norm": 0.0}
+        steps = 0
+        for _ in range(cfg.update_epochs):
+            order = torch.randperm(n, generator=self.generator).to(self.device)
+            epoch_kl = 0.0
+            epoch_steps = 0
+            for start in range(0, n - mb + 1, mb):
+                idx = order[start:start + mb]
+                new_logp, entropy, new_values = self.policy.evaluate(data.obs[idx], data.actions[idx])
+                out = ppo_loss(new_logp, data.logp[idx], data.advantages[idx], new_values,
+                               data.values[idx], data.returns[idx], entropy, cfg)
+                self.optimizer.zero_grad(set_to_none=True)
+                out.loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
+                self.optimizer.step()
+                for key in ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac"):
+                    sums[key] += float(getattr(out, key).detach())
+                sums["grad_norm"] += float(grad_norm)
+                epoch_kl += float(out.approx_kl)
+                epoch_steps += 1
+                steps += 1
+            if cfg.target_kl is not None and epoch_kl / max(epoch_steps, 1) > cfg.target_kl:
+                break
+        stats = {f"train/{k}": v / max(steps, 1) for k, v in sums.items()}
+        stats.update(self._after_update_stats(data))
+        stats["train/grad_steps"] = float(steps)
+        stats["train/learning_rate"] = float(self.optimizer.param_groups[0]["lr"])
+        stats["time/learner_s"] = time.perf_counter() - t0
+        self.updates += 1
+        return stats
+
+    @torch.no_grad()
+    def _after_update_stats(self, data: LearnerBatch) -> dict[str, float]:
+        """KL between the policy that sampled this round and the new one, and value fit."""
+        new_logp, _, new_values = self.policy.evaluate(data.obs, data.actions)
+        log_ratio = new_logp - data.logp
+        kl = ((log_ratio.exp() - 1) - log_ratio).mean()
+        var_returns = data.returns.var()
+        explained = 1 - (data.returns - data.values).var() / var_returns if var_returns > 0 else 0.0
+        return {"train/policy_kl": float(kl), "train/explained_variance": float(explained)}
+
+    # -- checkpointing -------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "generator": self.generator.get_state(), "updates": self.updates}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.generator.set_state(state["generator"])
+        self.updates = state["updates"]

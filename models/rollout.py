@@ -1,0 +1,132 @@
+"""One actor's work: sample a fragment with given weights. Runs in any process; no Prefect here.
+
+The typed `RolloutBatch` is the only contract between sampling and learning.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from models.envs import EnvBatch, env_spaces
+from models.policy import ActorCritic, weights_from_bytes
+
+
+@dataclass(frozen=True)
+class ActorJob:
+    """Everything an actor needs: which env, how many steps, which weights, which seed."""
+
+    env_id: str
+    round_index: int
+    actor_index: int
+    seed: int
+    steps_per_env: int
+    envs_per_actor: int
+    hidden: tuple[int, ...]
+    weights: bytes
+    requested_at: float = 0.0  # wall clock when the flow asked for this actor
+
+
+@dataclass
+class RolloutBatch:
+    """A fragment of experience from one actor, shaped [T, N, ...] (time, env)."""
+
+    obs: np.ndarray
+    actions: np.ndarray
+    logp: np.ndarray
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    trunc_index: np.ndarray  # [M, 2] (t, n) of truncated steps
+    trunc_obs: np.ndarray  # [M, ...] final observation of each truncated episode
+    last_obs: np.ndarray  # [N, ...] observation after the fragment, for bootstrapping
+    episode_returns: list[float]
+    episode_lengths: list[int]
+    actor_index: int = 0
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def steps(self) -> int:
+        return int(self.rewards.size)
+
+
+@functools.cache
+def _policy_for(env_id: str, hidden: tuple[int, ...]) -> ActorCritic:
+    # Built once per process: a warm worker keeps its module and only loads new weights.
+    return ActorCritic(env_spaces(env_id), hidden)
+
+
+def run_actor(job: ActorJob) -> RolloutBatch:
+    """Sample job.steps_per_env steps in each of job.envs_per_actor fresh environments."""
+    t_start = time.time()
+    torch.set_num_threads(1)
+    envs = EnvBatch(job.env_id, job.envs_per_actor, job.seed * job.envs_per_actor)
+    policy = _policy_for(job.env_id, tuple(job.hidden))
+    t_ready = time.time()
+    weights_from_bytes(policy, job.weights)
+    t_loaded = time.time()
+    batch = sample_fragment(policy.sampler(job.seed), envs, job.steps_per_env)
+    envs.close()
+    t_sampled = time.time()
+    batch.actor_index = job.actor_index
+    batch.timings = {
+        "requested_at": job.requested_at or t_start,
+        "started_at": t_start,
+        "startup_s": t_ready - t_start,
+        "weight_load_s": t_loaded - t_ready,
+        "sampling_s": t_sampled - t_loaded,
+        "sampled_at": t_sampled,
+    }
+    return batch
+
+
+def sample_fragment(act: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]], envs: EnvBatch,
+                    steps: int) -> RolloutBatch:
+    """The hot loop: preallocated buffers, one batched policy call per step.
+
+    act maps a batch of observations to (actions, log-probs).
+    """
+    n = envs.num_envs
+    sp = envs.spaces
+    obs_buf = np.empty((steps, n, *sp.obs_shape), dtype=sp.obs_dtype)
+    act_shape = () if sp.discrete else (sp.n_actions,)
+    act_buf = np.empty((steps, n, *act_shape), dtype=np.int64 if sp.discrete else np.float32)
+    logp_buf = np.empty((steps, n), dtype=np.float32)
+    rew_buf = np.empty((steps, n), dtype=np.float32)
+    term_buf = np.empty((steps, n), dtype=bool)
+    trunc_buf = np.empty((steps, n), dtype=bool)
+    trunc_index: list[tuple[int, int]] = []
+    trunc_obs: list[np.ndarray] = []
+    first_return = len(envs.completed_returns)
+
+    obs = envs.obs
+    for t in range(steps):
+        obs_buf[t] = obs
+        actions, logp = act(obs)
+        act_buf[t] = actions
+        logp_buf[t] = logp
+        obs, rew_buf[t], term_buf[t], trunc_buf[t], final_obs = envs.step(actions)
+        for i, last in final_obs.items():
+            if trunc_buf[t, i] and not term_buf[t, i]:
+                trunc_index.append((t, i))
+                trunc_obs.append(last)
+
+    return RolloutBatch(
+        obs=obs_buf,
+        actions=act_buf,
+        logp=logp_buf,
+        rewards=rew_buf,
+        terminated=term_buf,
+        truncated=trunc_buf & ~term_buf,
+        trunc_index=np.asarray(trunc_index, dtype=np.int64).reshape(-1, 2),
+        trunc_obs=(np.stack(trunc_obs) if trunc_obs
+                   else np.empty((0, *sp.obs_shape), dtype=sp.obs_dtype)),
+        last_obs=obs.copy(),
+        episode_returns=envs.completed_returns[first_return:],
+        episode_lengths=envs.completed_lengths[first_return:],
+    )

@@ -1,0 +1,151 @@
+"""Actor-count schedulers: the round state they observe and the baseline policies of SPEC §5.
+
+A scheduler maps the 7-number RoundState to I_k in [1, I_max]. The learned scheduler (a later
+issue) implements the same interface; every scheduler plugs into the one round loop.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import astuple, dataclass
+from typing import Any, Protocol
+
+from models.config import ConfigError
+
+
+@dataclass(frozen=True)
+class RoundState:
+    """s_k of SPEC §4, raw (unnormalised) values."""
+
+    round_index: int
+    last_loss: float
+    last_return: float
+    policy_kl: float
+    last_learner_s: float
+    last_actor_s: float
+    budget_left_usd: float
+
+    def as_tuple(self) -> tuple[float, ...]:
+        return tuple(float(x) for x in astuple(self))
+
+
+class Scheduler(Protocol):
+    name: str
+
+    def choose(self, state: RoundState) -> int:
+        """Actors for the coming round, in [1, i_max]."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint must hold to resume the scheduler exactly."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+def clip_actors(n: float, i_max: int) -> int:
+    return int(min(max(round(n), 1), i_max))
+
+
+class _Stateless:
+    name = "stateless"
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
+class Fixed(_Stateless):
+    """Fixed(n): n actors every round."""
+
+    def __init__(self, n: int, i_max: int):
+        if not 1 <= n <= i_max:
+            raise ConfigError(f"fixed:{n} needs 1 <= n <= i_max ({i_max})")
+        self.n, self.name = n, f"fixed{n}"
+
+    def choose(self, state: RoundState) -> int:
+        return self.n
+
+
+class Max(Fixed):
+    """MinionsRL-Max: I_max actors every round."""
+
+    def __init__(self, i_max: int):
+        super().__init__(i_max, i_max)
+        self.name = "max"
+
+
+class Adapt:
+    """MinionsRL-Adapt: I_k = clip(round(Jhat_k / J * I_max), 1, I_max).
+
+    Jhat_k is the moving average of the last `window` rounds' mean returns; before any round
+    has returned, Jhat is 0 and the clip gives one actor.
+    """
+
+    name = "adapt"
+
+    def __init__(self, target_return: float, i_max: int, window: int = 5):
+        if target_return <= 0:
+            raise ConfigError("the adapt scheduler needs a positive target_return")
+        self.target, self.i_max, self.window = target_return, i_max, window
+        self.returns: deque[float] = deque(maxlen=window)
+
+    def choose(self, state: RoundState) -> int:
+        if state.round_index > 0 and math.isfinite(state.last_return):
+            self.returns.append(state.last_return)
+        j_hat = sum(self.returns) / len(self.returns) if self.returns else 0.0
+        return clip_actors(j_hat / self.target * self.i_max, self.i_max)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"returns": list(self.returns)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.returns = deque(state["returns"], maxlen=self.window)
+
+
+class Ramp(_Stateless):
+    """Increase / Decrease: step the count by `step` every `every` rounds.
+
+    Centred on n so that over `rounds` rounds the total actor budget equals Fixed(n)'s
+    (the CartPole-v1 motivation experiment); counts are clipped to [1, i_max].
+    """
+
+    def __init__(self, n: int, i_max: int, rounds: int, direction: int, step: int = 2,
+                 every: int = 10):
+        if not 1 <= n <= i_max:
+            raise ConfigError(f"ramp around n={n} needs 1 <= n <= i_max ({i_max})")
+        blocks = max(math.ceil(rounds / every), 1)
+        self.start = n - direction * step * (blocks - 1) / 2
+        self.direction, self.step, self.every, self.i_max = direction, step, every, i_max
+        self.name = f"{'increase' if direction > 0 else 'decrease'}{n}"
+        low, high = self.start, self.start + direction * step * (blocks - 1)
+        if min(low, high) < 1 or max(low, high) > i_max:
+            raise ConfigError(
+                f"{self.name} over {rounds} rounds (step {step} every {every}) would leave "
+                f"[1, {i_max}]: use a smaller step or a larger n")
+
+    def choose(self, state: RoundState) -> int:
+        block = state.round_index // self.every
+        return clip_actors(self.start + self.direction * self.step * block, self.i_max)
+
+
+def make_scheduler(spec: str, i_max: int, max_rounds: int, target_return: float) -> Scheduler:
+    """Parse 'fixed:N', 'max', 'adapt', 'increase:N[:step[:every]]', 'decrease:N[:step[:every]]'."""
+    name, *args = spec.strip().lower().split(":")
+    try:
+        numbers = [int(a) for a in args]
+    except ValueError:
+        raise ConfigError(f"scheduler {spec!r}: arguments must be integers") from None
+    if name == "fixed" and len(numbers) == 1:
+        return Fixed(numbers[0], i_max)
+    if name == "max" and not numbers:
+        return Max(i_max)
+    if name == "adapt" and not numbers:
+        return Adapt(target_return, i_max)
+    if name in ("increase", "decrease") and 1 <= len(numbers) <= 3:
+        direction = 1 if name == "increase" else -1
+        return Ramp(numbers[0], i_max, max_rounds, direction, *numbers[1:])
+    raise ConfigError(
+        f"unknown scheduler {spec!r}; use fixed:N, max, adapt, increase:N[:step[:every]] "
+        "or decrease:N[:step[:every]]")
