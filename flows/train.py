@@ -24,7 +24,8 @@ from prefect import flow, get_run_logger, unmapped  # noqa: E402
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings  # noqa: E402
 from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
 
-from flows.session import TrainingSession  # noqa: E402
+from flows.local_api import prefect_api  # noqa: E402
+from flows.session import STOP_BUDGET, TrainingSession  # noqa: E402
 from flows.tracking import RunTracker, project_root  # noqa: E402
 from models.cost import PriceTable  # noqa: E402
 from models.policy import weights_to_bytes  # noqa: E402
@@ -121,7 +122,7 @@ def train(
                 k = session.round_index
                 actors = schedule(session.scheduler, session.state())
                 if not session.next_round_fits_budget(actors):
-                    session.stop_reason = "budget_spent"
+                    session.stop_reason = STOP_BUDGET
                     logger.info("round %d not started: its estimated cost exceeds the $%.6f left",
                                 k, session.budget_left_usd)
                     break
@@ -183,14 +184,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tracking-uri")
     args = parser.parse_args(argv)
     summaries = []
-    for seed in args.seeds or [args.seed]:
-        summaries.append(train(env=args.env, scheduler=args.scheduler,
-                               target_return=args.target_return, budget_usd=args.budget_usd,
-                               max_rounds=args.max_rounds, i_max=args.i_max,
-                               fragment=args.fragment, envs_per_actor=args.envs_per_actor,
-                               seed=seed, backend=args.backend, ppo=args.ppo,
-                               learner_device=args.learner_device,
-                               prices_file=args.prices_file, tracking_uri=args.tracking_uri))
+    with prefect_api():
+        for seed in args.seeds or [args.seed]:
+            summaries.append(train(env=args.env, scheduler=args.scheduler,
+                                   target_return=args.target_return, budget_usd=args.budget_usd,
+                                   max_rounds=args.max_rounds, i_max=args.i_max,
+                                   fragment=args.fragment, envs_per_actor=args.envs_per_actor,
+                                   seed=seed, backend=args.backend, ppo=args.ppo,
+                                   learner_device=args.learner_device,
+                                   prices_file=args.prices_file, tracking_uri=args.tracking_uri))
     for s in summaries:
         print(f"seed {s['seed']}: {s['stop_reason']} after {s['rounds']} rounds, "
               f"final return {s['final_return']:.1f}, {s['env_steps']} env steps, "

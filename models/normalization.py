@@ -1,0 +1,184 @@
+"""Running observation and reward statistics that many actors update and one learner merges.
+
+The life cycle in one round, for observations and rewards alike:
+
+1. The learner ships its statistics with the weights: ``base.state_dict()`` (a few small
+   numpy arrays).
+2. Each actor builds an `ObservationNormalizer` / `RewardScaler` from that base. While sampling,
+   it normalises with the live statistics (base plus everything it has seen so far, as
+   gymnasium's NormalizeObservation and SB3's VecNormalize do) and separately accumulates a
+   *delta*: the statistics of only the data it saw in this fragment. It stores the normalised
+   observations and scaled rewards in its batch, so the learner re-scores exactly what the
+   policy saw, and returns ``delta.state_dict()`` with the batch.
+3. The learner calls ``merge_base_and_deltas(base, deltas)``: base merged once with every
+   actor's delta. That equals the statistics of all data ever seen, exactly (Chan et al.'s
+   parallel formula), whatever the number of actors. Merging the actors' full statistics
+   instead would count the base N times.
+
+Variances are population variances (ddof=0), as numpy's ``var`` and SB3 compute them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+EPSILON = 1e-8
+
+
+class RunningMeanStd:
+    """Count, mean and variance of a stream of arrays of a fixed shape, float64.
+
+    An empty instance has count 0, mean 0 and variance 1, so normalising with it changes only
+    the clip. Updating or merging is exact: the result equals the moments of all the data.
+    """
+
+    def __init__(self, shape: tuple[int, ...] = ()):
+        self.shape = tuple(shape)
+        self.count = 0.0
+        self.mean = np.zeros(self.shape, dtype=np.float64)
+        self.var = np.ones(self.shape, dtype=np.float64)
+
+    def update(self, batch: np.ndarray) -> None:
+        """Add a batch of samples, shape (..., *shape); leading axes are all sample axes."""
+        x = np.asarray(batch, dtype=np.float64).reshape((-1, *self.shape))
+        if x.shape[0] == 0:
+            return
+        self._merge_moments(float(x.shape[0]), x.mean(axis=0), x.var(axis=0))
+
+    def merge(self, other: RunningMeanStd) -> RunningMeanStd:
+        """Merge another instance's statistics into this one, in place; returns self."""
+        if other.shape != self.shape:
+            raise ValueError(f"cannot merge statistics of shape {other.shape} into {self.shape}")
+        self._merge_moments(other.count, other.mean, other.var)
+        return self
+
+    @classmethod
+    def merged(cls, parts: Iterable[RunningMeanStd]) -> RunningMeanStd:
+        """A new instance holding the statistics of all parts' data together."""
+        parts = list(parts)
+        if not parts:
+            raise ValueError("merged() needs at least one RunningMeanStd")
+        out = cls(parts[0].shape)
+        for part in parts:
+            out.merge(part)
+        return out
+
+    def _merge_moments(self, count: float, mean: np.ndarray, var: np.ndarray) -> None:
+        if count == 0:
+            return
+        if self.count == 0:
+            self.count = float(count)
+            self.mean = np.array(mean, dtype=np.float64)
+            self.var = np.array(var, dtype=np.float64)
+            return
+        total = self.count + count
+        delta = mean - self.mean
+        m2 = self.var * self.count + var * count + delta**2 * (self.count * count / total)
+        self.mean = self.mean + delta * (count / total)
+        self.var = m2 / total
+        self.count = total
+
+    def normalize(self, x: np.ndarray, clip: float = 10.0, epsilon: float = EPSILON) -> np.ndarray:
+        """(x - mean) / sqrt(var + epsilon), clipped to [-clip, clip], as float32."""
+        z = (np.asarray(x, dtype=np.float64) - self.mean) / np.sqrt(self.var + epsilon)
+        return np.clip(z, -clip, clip).astype(np.float32)
+
+    def copy(self) -> RunningMeanStd:
+        return RunningMeanStd.from_state_dict(self.state_dict())
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain, picklable state: {"count": float, "mean": ndarray, "var": ndarray} (copies)."""
+        return {"count": float(self.count), "mean": self.mean.copy(), "var": self.var.copy()}
+
+    @classmethod
+    def from_state_dict(cls, state: dict[str, Any]) -> RunningMeanStd:
+        mean = np.array(state["mean"], dtype=np.float64)
+        out = cls(mean.shape)
+        out.count = float(state["count"])
+        out.mean = mean
+        out.var = np.array(state["var"], dtype=np.float64)
+        return out
+
+    def __repr__(self) -> str:
+        return f"RunningMeanStd(shape={self.shape}, count={self.count:g})"
+
+
+def merge_base_and_deltas(base: RunningMeanStd | dict, deltas: Iterable[RunningMeanStd | dict]) -> RunningMeanStd:
+    """The learner's merge: the shipped base merged once with each actor's delta (new object).
+
+    Accepts instances or their state dicts. The result is the statistics of the base's data
+    followed by every actor's fragment data; the order of deltas does not matter.
+    """
+    def _as_rms(s: RunningMeanStd | dict) -> RunningMeanStd:
+        return s if isinstance(s, RunningMeanStd) else RunningMeanStd.from_state_dict(s)
+
+    return RunningMeanStd.merged([_as_rms(base), *(_as_rms(d) for d in deltas)])
+
+
+def _start_from(base: RunningMeanStd | dict | None, shape: tuple[int, ...]) -> RunningMeanStd:
+    if base is None:
+        return RunningMeanStd(shape)
+    rms = base.copy() if isinstance(base, RunningMeanStd) else RunningMeanStd.from_state_dict(base)
+    if rms.shape != tuple(shape):
+        raise ValueError(f"shipped statistics have shape {rms.shape}, expected {tuple(shape)}")
+    return rms
+
+
+class ObservationNormalizer:
+    """Actor side: normalise observations with live statistics and record this fragment's delta.
+
+    ``stats`` starts as a copy of the shipped base and is updated with every batch (so it is
+    base merged with delta); ``delta`` holds only this fragment's data and is what the actor
+    returns (``normalizer.delta.state_dict()``). Normalise the final observation of a truncated
+    episode (for its bootstrap value) with ``update=False``: it is not a new sample.
+    """
+
+    def __init__(self, obs_shape: tuple[int, ...], base: RunningMeanStd | dict | None = None,
+                 clip: float = 10.0, epsilon: float = EPSILON):
+        self.stats = _start_from(base, obs_shape)
+        self.delta = RunningMeanStd(tuple(obs_shape))
+        self.clip = clip
+        self.epsilon = epsilon
+
+    def __call__(self, obs: np.ndarray, update: bool = True) -> np.ndarray:
+        """Normalised float32 observations; with update, the raw batch is first added to the stats."""
+        if update:
+            self.stats.update(obs)
+            self.delta.update(obs)
+        return self.stats.normalize(obs, self.clip, self.epsilon)
+
+
+class RewardScaler:
+    """Reward scaling as in SB3's VecNormalize (and gymnasium's NormalizeReward).
+
+    Per env a discounted return G <- gamma * G + r is kept; its running variance is tracked;
+    rewards are divided by sqrt(var + epsilon) (no mean subtraction) and clipped. G restarts
+    at 0 after a step that ended the episode (terminated or truncated). The return statistics
+    (``stats`` live, ``delta`` this fragment's) are merged across actors exactly like the
+    observation statistics; the per-env returns G are the actor's own and are not shipped.
+    """
+
+    def __init__(self, num_envs: int, gamma: float = 0.99, base: RunningMeanStd | dict | None = None,
+                 clip: float = 10.0, epsilon: float = EPSILON):
+        if not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+        self.gamma = gamma
+        self.clip = clip
+        self.epsilon = epsilon
+        self.returns = np.zeros(num_envs, dtype=np.float64)
+        self.stats = _start_from(base, ())
+        self.delta = RunningMeanStd(())
+
+    def __call__(self, rewards: np.ndarray, dones: np.ndarray, update: bool = True) -> np.ndarray:
+        """Scale one step's rewards (shape (num_envs,)); dones = terminated | truncated of this step."""
+        rewards = np.asarray(rewards, dtype=np.float64)
+        self.returns = self.returns * self.gamma + rewards
+        if update:
+            self.stats.update(self.returns)
+            self.delta.update(self.returns)
+        scaled = np.clip(rewards / np.sqrt(self.stats.var + self.epsilon), -self.clip, self.clip)
+        self.returns[np.asarray(dones, dtype=bool)] = 0.0
+        return scaled.astype(np.float32)

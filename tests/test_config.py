@@ -1,0 +1,95 @@
+"""Run configuration: presets, overrides, and bad input refused with a message naming the parameter."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from models.config import ConfigError, PPOConfig, RunConfig
+from models.presets import resolve_run_config
+
+BACKENDS = ("local",)
+
+
+def resolve(env_id: str = "CartPole-v1", **overrides) -> RunConfig:
+    return resolve_run_config(env_id, backends=BACKENDS, **overrides)
+
+
+def test_cartpole_preset():
+    cfg = resolve()
+    assert cfg.env_id == "CartPole-v1"
+    assert cfg.target_return == 475.0
+    assert (cfg.fragment, cfg.envs_per_actor, cfg.steps_per_env) == (512, 1, 512)
+    assert cfg.scheduler == "fixed:8" and cfg.backend == "local" and cfg.i_max == 32
+    assert (cfg.ppo.gamma, cfg.ppo.gae_lambda, cfg.ppo.learning_rate) == (0.98, 0.8, 1e-3)
+    assert cfg.ppo.clip_coef == 0.2
+
+
+def test_overrides_win_over_the_preset():
+    cfg = resolve(scheduler="adapt", target_return=200, budget_usd=0.5, max_rounds=7, i_max=16,
+                  fragment=256, envs_per_actor=4, seed=3, ppo={"gamma": 0.9, "hidden": [32]})
+    assert (cfg.scheduler, cfg.target_return, cfg.budget_usd, cfg.max_rounds) == ("adapt", 200.0, 0.5, 7)
+    assert (cfg.i_max, cfg.fragment, cfg.envs_per_actor, cfg.steps_per_env, cfg.seed) == (16, 256, 4, 64, 3)
+    assert cfg.ppo.gamma == 0.9 and cfg.ppo.hidden == (32,)
+    assert cfg.ppo.gae_lambda == 0.8  # preset value kept where not overridden
+
+
+def test_env_without_preset_gets_generic_defaults():
+    cfg = resolve("Acrobot-v1")
+    assert cfg.target_return == 1e9 and cfg.fragment == 512
+    assert cfg.ppo == PPOConfig()
+
+
+@pytest.mark.parametrize(
+    ("env_id", "overrides", "match"),
+    [
+        ("NoSuchEnv-v0", {}, "env id 'NoSuchEnv-v0'"),
+        ("CartPol-v1", {}, "did you mean.*CartPole-v1"),
+        ("CartPole-v1", {"target_return": math.nan}, "target_return"),
+        ("CartPole-v1", {"target_return": math.inf}, "target_return"),
+        ("CartPole-v1", {"budget_usd": 0.0}, "budget_usd"),
+        ("CartPole-v1", {"budget_usd": -1.0}, "budget_usd"),
+        ("CartPole-v1", {"budget_usd": math.inf}, "budget_usd"),
+        ("CartPole-v1", {"max_rounds": 0}, "max_rounds"),
+        ("CartPole-v1", {"max_rounds": 1_000_001}, "max_rounds"),
+        ("CartPole-v1", {"i_max": 0}, "i_max"),
+        ("CartPole-v1", {"i_max": 1025}, "i_max"),
+        ("CartPole-v1", {"i_max": 4}, "i_max"),  # the preset's fixed:8 does not fit
+        ("CartPole-v1", {"fragment": 0}, "fragment"),
+        ("CartPole-v1", {"fragment": -512}, "fragment"),
+        ("CartPole-v1", {"fragment": 513, "envs_per_actor": 2}, r"fragment \(513\).*envs_per_actor \(2\)"),
+        ("CartPole-v1", {"envs_per_actor": 0}, "envs_per_actor"),
+        ("CartPole-v1", {"seed": -1}, "seed"),
+        ("CartPole-v1", {"actor_memory_gb": 0.0}, "actor_memory_gb"),
+        ("CartPole-v1", {"learner_device": "tpu"}, "learner_device"),
+        ("CartPole-v1", {"ppo": {"learning_rat": 1e-3}}, r"unknown PPO parameter.*learning_rat"),
+        ("CartPole-v1", {"ppo": {"gamma": 0.0}}, "ppo.gamma"),
+        ("CartPole-v1", {"ppo": {"gae_lambda": 1.5}}, "ppo.gae_lambda"),
+        ("CartPole-v1", {"ppo": {"learning_rate": 0.0}}, "ppo.learning_rate"),
+        ("CartPole-v1", {"ppo": {"minibatch_size": 0}}, "ppo.minibatch_size"),
+        ("CartPole-v1", {"ppo": {"hidden": []}}, "ppo.hidden"),
+        ("CartPole-v1", {"ppo": {"target_kl": 0.0}}, "ppo.target_kl"),
+        ("CartPole-v1", {"scheduler": "bogus"}, "scheduler 'bogus'"),
+        ("CartPole-v1", {"scheduler": "fixed:x"}, "scheduler 'fixed:x'"),
+        ("CartPole-v1", {"scheduler": "adapt", "target_return": -1.0}, "target_return"),
+        ("CartPole-v1", {"backend": "azure"}, "backend 'azure'"),
+    ],
+)
+def test_bad_input_raises_config_error_naming_the_parameter(env_id, overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        resolve(env_id, **overrides)
+
+
+def test_config_error_is_a_value_error():
+    assert issubclass(ConfigError, ValueError)
+
+
+def test_unknown_backend_lists_the_available_ones():
+    with pytest.raises(ConfigError, match="available: local, process"):
+        resolve_run_config("CartPole-v1", backends=("local", "process"), backend="aci")
+
+
+def test_ppo_replace_without_overrides_is_identity():
+    cfg = PPOConfig()
+    assert cfg.replace(None) is cfg and cfg.replace({}) is cfg

@@ -1,0 +1,172 @@
+"""The cost model (SPEC §3) against the published prices, and price-file handling."""
+
+from __future__ import annotations
+
+import pytest
+
+from models.config import ConfigError
+from models.cost import (
+    PriceTable,
+    Resources,
+    estimate_round_cost,
+    round_cost,
+    round_time,
+    server_cluster_cost,
+)
+
+# Published hourly prices (SPEC §3) and the packaged resources (models/data/prices.toml):
+#   actor   = 1 vCPU + 1 GB          -> 0.0405 + 0.00445                 = 0.04495 $/h
+#   learner = 4 vCPU + 16 GB + 1 V100 -> 4*0.0405 + 16*0.00445 + 3.06     = 3.2932  $/h
+#   server  = NC6s_v3 + 4 x E16-8s_v5 = 7.092 $/h, 300 s start-up billed
+ACTOR_PER_H = 1 * 0.0405 + 1 * 0.00445
+LEARNER_PER_H = 4 * 0.0405 + 16 * 0.00445 + 1 * 3.06
+
+
+@pytest.fixture(scope="module")
+def prices() -> PriceTable:
+    return PriceTable.load()
+
+
+def test_packaged_table_converts_hourly_prices_to_per_second(prices):
+    assert prices.vcpu_s == pytest.approx(1.125e-5, rel=1e-12)   # SPEC: $1.125e-5 per vCPU-second
+    assert prices.memory_gb_s == pytest.approx(1.236e-6, rel=1e-3)  # SPEC: $1.236e-6 per GB-second
+    assert prices.gpu_s == pytest.approx(3.06 / 3600, rel=1e-12)
+    assert prices.actor == Resources(vcpu=1.0, memory_gb=1.0, gpu=0)
+    assert prices.learner == Resources(vcpu=4.0, memory_gb=16.0, gpu=1)
+    assert prices.server_per_s == pytest.approx(7.092 / 3600, rel=1e-12)
+    assert prices.server_startup_s == 300.0
+    assert prices.server_actor_cores == 32
+    assert "packaged" in prices.source
+    assert ACTOR_PER_H == pytest.approx(0.04495) and LEARNER_PER_H == pytest.approx(3.2932)
+
+
+@pytest.mark.parametrize(
+    ("learner_s", "actor_s", "expected"),
+    [
+        (2.0, [1.0, 3.0, 2.0], 5.0),   # slowest actor gates the round
+        (2.0, [], 2.0),
+        (0.0, [4.5], 4.5),
+        (10.0, [0.5, 0.5], 10.5),
+    ],
+)
+def test_round_time(learner_s, actor_s, expected):
+    assert round_time(learner_s, actor_s) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("learner_s", "actor_s", "expected_usd"),
+    [
+        (3600.0, [3600.0, 3600.0], 3.2932 + 2 * 0.04495),   # 3.3831
+        (36.0, [], 0.032932),
+        (0.0, [1800.0, 5400.0], 2 * 0.04495),              # actor seconds add up
+        (1.0, [1.0] * 32, (3.2932 + 32 * 0.04495) / 3600),
+        (0.0, [], 0.0),
+    ],
+)
+def test_round_cost_with_packaged_prices(prices, learner_s, actor_s, expected_usd):
+    assert round_cost(learner_s, actor_s, prices) == pytest.approx(expected_usd, rel=1e-9, abs=1e-15)
+
+
+def test_round_cost_with_bigger_actor_memory(prices):
+    bigger = prices.with_actor_memory(4.0)
+    assert round_cost(0.0, [3600.0], bigger) == pytest.approx(0.0405 + 4 * 0.00445)
+    assert prices.actor.memory_gb == 1.0  # the original is untouched
+
+
+@pytest.mark.parametrize(
+    ("wall_s", "expected_usd"),
+    [
+        (0.0, 300 * 7.092 / 3600),          # 0.591: start-up alone is billed
+        (3600.0, 3900 * 7.092 / 3600),      # 7.683
+        (100.0, 400 * 7.092 / 3600),
+    ],
+)
+def test_server_cluster_cost_includes_startup(prices, wall_s, expected_usd):
+    assert server_cluster_cost(wall_s, prices) == pytest.approx(expected_usd, rel=1e-9)
+
+
+def test_estimate_round_cost(prices):
+    # 4 actors at the last mean of 18 s, learner at 36 s
+    assert estimate_round_cost(4, 36.0, 18.0, prices) == pytest.approx(
+        36 * 3.2932 / 3600 + 4 * 18 * 0.04495 / 3600, rel=1e-9)
+    assert estimate_round_cost(4, 36.0, 18.0, prices) == pytest.approx(0.033831, rel=1e-9)
+
+
+USER_TABLE = """
+[aci]
+vcpu_per_hour = 0.36
+memory_gb_per_hour = 0.036
+gpu_v100_per_hour = 36.0
+
+[actor]
+vcpu = 2.0
+memory_gb = 0.5
+
+[learner]
+vcpu = 1.0
+memory_gb = 1.0
+gpu = 0
+
+[server_cluster]
+price_per_hour = 3.6
+"""
+
+
+def test_user_price_file_overrides_the_packaged_table(tmp_path):
+    path = tmp_path / "my_prices.toml"
+    path.write_text(USER_TABLE)
+    table = PriceTable.load(path)
+    assert table.vcpu_s == pytest.approx(1e-4)
+    assert table.memory_gb_s == pytest.approx(1e-5)
+    assert table.gpu_s == pytest.approx(1e-2)
+    assert table.actor == Resources(vcpu=2.0, memory_gb=0.5)
+    assert table.learner == Resources(vcpu=1.0, memory_gb=1.0, gpu=0)
+    assert table.server_startup_s == 0.0 and table.server_actor_cores == 32  # defaults
+    assert table.source == str(path)
+    # learner 1 vCPU + 1 GB = 1.1e-4 $/s; actor 2 vCPU + 0.5 GB = 2.05e-4 $/s
+    assert round_cost(10.0, [10.0, 20.0], table) == pytest.approx(10 * 1.1e-4 + 30 * 2.05e-4)
+    assert server_cluster_cost(10.0, table) == pytest.approx(1e-2)
+
+
+BROKEN_TABLES = {
+    "not toml": "[aci\nvcpu_per_hour = ",
+    "missing section": USER_TABLE.replace("[server_cluster]\nprice_per_hour = 3.6\n", ""),
+    "missing price": USER_TABLE.replace("gpu_v100_per_hour = 36.0\n", ""),
+    "unknown resource": USER_TABLE.replace("vcpu = 2.0\n", "vcpu = 2.0\ncores = 4\n"),
+    "price is text": USER_TABLE.replace("vcpu_per_hour = 0.36", 'vcpu_per_hour = "cheap"'),
+    "section is a number": USER_TABLE.replace("[actor]\nvcpu = 2.0\nmemory_gb = 0.5\n", "")
+                                     .replace("[aci]", "actor = 3\n[aci]"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN_TABLES))
+def test_broken_price_file_raises_config_error(tmp_path, name):
+    path = tmp_path / "broken.toml"
+    path.write_text(BROKEN_TABLES[name])
+    with pytest.raises(ConfigError, match="price table"):
+        PriceTable.load(path)
+
+
+def test_missing_price_file_raises_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="nope.toml"):
+        PriceTable.load(tmp_path / "nope.toml")
+
+
+@pytest.mark.xfail(strict=True, raises=ValueError, reason="BUG: PriceTable.load catches OSError/KeyError/TypeError/TOMLDecodeError "
+                   "but not ValueError, so a non-numeric startup_s/actor_cores escapes as a bare "
+                   "ValueError that does not name the file")
+@pytest.mark.parametrize("field", ['startup_s = "five minutes"', 'actor_cores = "many"'])
+def test_non_numeric_server_field_raises_config_error(tmp_path, field):
+    path = tmp_path / "broken.toml"
+    path.write_text(USER_TABLE + field + "\n")
+    with pytest.raises(ConfigError, match="price table"):
+        PriceTable.load(path)
+
+
+@pytest.mark.xfail(strict=True, raises=ValueError, reason="BUG: a price file that is not UTF-8 text raises UnicodeDecodeError "
+                   "(a ValueError) from PriceTable.load instead of ConfigError")
+def test_binary_price_file_raises_config_error(tmp_path):
+    path = tmp_path / "prices.toml"
+    path.write_bytes(b"\xff\xfe\x00binary\x80\x81")
+    with pytest.raises(ConfigError, match="price table"):
+        PriceTable.load(path)

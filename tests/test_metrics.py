@@ -1,0 +1,111 @@
+"""Per-round time and cost figures from actors' own timings."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from models.cost import PriceTable, round_cost
+from models.metrics import actor_phases, busy_span, mean_return, round_metrics
+from models.rollout import RolloutBatch
+
+
+@pytest.mark.parametrize(
+    ("intervals", "expected"),
+    [
+        ([], 0.0),
+        ([(1.0, 3.0)], 2.0),
+        ([(0.0, 1.0), (2.0, 4.0)], 3.0),               # disjoint
+        ([(0.0, 2.0), (1.0, 3.0)], 3.0),               # overlapping
+        ([(1.0, 3.0), (0.0, 2.0)], 3.0),               # order does not matter
+        ([(0.0, 10.0), (2.0, 3.0), (4.0, 5.0)], 10.0),  # nested
+        ([(0.0, 1.0), (1.0, 2.0)], 2.0),               # touching
+        ([(5.0, 6.0), (0.0, 1.0), (0.5, 2.0), (5.5, 7.0)], 4.0),  # two merged groups: 2 + 2
+        ([(3.0, 3.0)], 0.0),
+    ],
+)
+def test_busy_span(intervals, expected):
+    assert busy_span(intervals) == pytest.approx(expected)
+
+
+def batch(timings: dict[str, float], returns: list[float] = (), steps: int = 4, envs: int = 2) -> RolloutBatch:
+    z = np.zeros((steps, envs), dtype=np.float32)
+    return RolloutBatch(
+        obs=np.zeros((steps, envs, 4), np.float32), actions=np.zeros((steps, envs), np.int64), logp=z,
+        rewards=z, terminated=z.astype(bool), truncated=z.astype(bool), trunc_index=np.zeros((0, 2), np.int64),
+        trunc_obs=np.zeros((0, 4), np.float32), last_obs=np.zeros((envs, 4), np.float32),
+        episode_returns=list(returns), episode_lengths=[int(r) for r in returns], timings=timings)
+
+
+# Asked at 100.0, dispatched at 100.5, started on a core at 103.0 (2.5 s queued), data back at 104.6.
+QUEUED = {"requested_at": 100.0, "dispatched_at": 100.5, "started_at": 103.0, "startup_s": 0.2,
+          "weight_load_s": 0.1, "sampling_s": 1.0, "sampled_at": 104.3, "received_at": 104.6}
+
+
+def test_actor_phases_exclude_queue_time():
+    phases = actor_phases(batch(QUEUED))
+    assert phases["dispatch_s"] == pytest.approx(0.5)
+    assert phases["queue_s"] == pytest.approx(2.5)
+    assert phases["upload_s"] == pytest.approx(0.3)
+    assert (phases["startup_s"], phases["weight_load_s"], phases["sampling_s"]) == (0.2, 0.1, 1.0)
+    # P^a = dispatch + startup + weight load + sampling + upload; the 2.5 s queue is not in it
+    assert phases["duration_s"] == pytest.approx(0.5 + 0.2 + 0.1 + 1.0 + 0.3)
+    assert phases["duration_s"] == pytest.approx(104.6 - 100.0 - 2.5)
+
+
+def test_actor_phases_with_only_run_actor_timings():
+    # run_actor's own fields: no dispatched_at / received_at
+    t = {"requested_at": 10.0, "started_at": 11.0, "startup_s": 0.25, "weight_load_s": 0.05,
+         "sampling_s": 0.7, "sampled_at": 12.0}
+    phases = actor_phases(batch(t))
+    assert phases["dispatch_s"] == 0.0 and phases["upload_s"] == 0.0
+    assert phases["queue_s"] == pytest.approx(1.0)
+    assert phases["duration_s"] == pytest.approx(0.25 + 0.05 + 0.7)
+
+
+def test_round_metrics():
+    prices = PriceTable.load()
+    fast = {"requested_at": 100.0, "started_at": 100.0, "startup_s": 0.1, "weight_load_s": 0.1,
+            "sampling_s": 0.8, "sampled_at": 101.0}
+    batches = [batch(QUEUED, returns=[10.0, 20.0]), batch(fast, returns=[30.0])]
+    out = round_metrics(batches, learner_s=3.0, wall_s=9.0, prices=prices)
+    assert set(out) == {
+        "rollout/ep_return_mean", "rollout/episodes", "rollout/env_steps", "sched/actors",
+        "time/actor_mean_s", "time/actor_max_s", "time/round_s", "time/round_wall_s",
+        "time/orchestration_s", "cost/round_usd", "time/actor_dispatch_s", "time/actor_queue_s",
+        "time/actor_startup_s", "time/actor_weight_load_s", "time/actor_sampling_s",
+        "time/actor_upload_s", "perf/actor_steps_per_s"}
+    durations = [2.1, 1.0]
+    assert out["time/round_s"] == pytest.approx(3.0 + max(durations))  # P_k = P^l + max_i P^a
+    assert out["time/actor_max_s"] == pytest.approx(2.1)
+    assert out["time/actor_mean_s"] == pytest.approx(1.55)
+    assert out["time/round_wall_s"] == 9.0
+    # actors busy over [100, 101] and [103, 104.3]: 2.3 s; 9 - 2.3 - 3 = 3.7 s orchestration
+    assert out["time/orchestration_s"] == pytest.approx(3.7)
+    assert out["cost/round_usd"] == pytest.approx(round_cost(3.0, durations, prices))
+    assert out["cost/round_usd"] == pytest.approx((3.0 * 3.2932 + 3.1 * 0.04495) / 3600)
+    assert out["rollout/ep_return_mean"] == pytest.approx(20.0)
+    assert out["rollout/episodes"] == 3.0
+    assert out["rollout/env_steps"] == 16.0
+    assert out["sched/actors"] == 2.0
+    assert out["time/actor_queue_s"] == pytest.approx(1.25)
+    assert out["perf/actor_steps_per_s"] == pytest.approx(16 / 1.8)
+
+
+def test_round_metrics_without_finished_episodes():
+    t = {"requested_at": 0.0, "started_at": 0.0, "startup_s": 0.0, "weight_load_s": 0.0,
+         "sampling_s": 0.0, "sampled_at": 0.0}
+    out = round_metrics([batch(t)], learner_s=1.0, wall_s=0.5, prices=PriceTable.load())
+    assert math.isnan(out["rollout/ep_return_mean"])
+    assert math.isnan(out["perf/actor_steps_per_s"])
+    assert out["time/orchestration_s"] == 0.0  # never negative
+    assert out["time/round_s"] == pytest.approx(1.0)
+
+
+def test_mean_return():
+    t = {"requested_at": 0.0, "started_at": 0.0, "startup_s": 0.0, "weight_load_s": 0.0,
+         "sampling_s": 0.0, "sampled_at": 0.0}
+    assert mean_return([batch(t, [1.0, 2.0]), batch(t, [6.0])]) == pytest.approx(3.0)
+    assert math.isnan(mean_return([batch(t)]))

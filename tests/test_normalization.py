@@ -1,0 +1,128 @@
+import pickle
+
+import numpy as np
+import pytest
+
+from models.normalization import (
+    ObservationNormalizer,
+    RewardScaler,
+    RunningMeanStd,
+    merge_base_and_deltas,
+)
+
+TOL = 1e-10
+
+
+def stats_of(chunks, shape):
+    rms = RunningMeanStd(shape)
+    for chunk in chunks:
+        rms.update(chunk)
+    return rms
+
+
+def assert_matches_data(rms, data):
+    assert rms.count == pytest.approx(data.shape[0], abs=TOL)
+    np.testing.assert_allclose(rms.mean, data.mean(axis=0), rtol=TOL, atol=TOL)
+    np.testing.assert_allclose(rms.var, data.var(axis=0), rtol=TOL, atol=TOL)
+
+
+@pytest.mark.parametrize("sizes", [[50, 50, 50], [1, 300, 7, 64], [1], [2, 1, 1, 97]])
+def test_merged_chunks_equal_concatenated_data(sizes):
+    rng = np.random.default_rng(0)
+    chunks = [rng.normal(3.0, 2.5, size=(n, 5)) * np.arange(1, 6) for n in sizes]
+    parts = [stats_of([c], (5,)) for c in chunks]
+    assert_matches_data(RunningMeanStd.merged(parts), np.concatenate(chunks))
+
+
+def test_sequential_updates_equal_concatenated_data():
+    rng = np.random.default_rng(1)
+    chunks = [rng.normal(-4.0, 0.3, size=(n, 3)) for n in (1, 17, 1, 250)]
+    assert_matches_data(stats_of(chunks, (3,)), np.concatenate(chunks))
+
+
+def test_scalar_shape_and_empty_parts():
+    rng = np.random.default_rng(2)
+    data = rng.exponential(5.0, size=123)
+    merged = RunningMeanStd.merged([RunningMeanStd(), stats_of([data[:1]], ()), stats_of([data[1:]], ()),
+                                    RunningMeanStd()])
+    assert_matches_data(merged, data)
+    empty = RunningMeanStd(())
+    empty.update(np.zeros((0,)))
+    assert empty.count == 0
+
+
+def test_merge_rejects_other_shapes():
+    with pytest.raises(ValueError):
+        RunningMeanStd((3,)).merge(RunningMeanStd((4,)))
+
+
+def test_base_plus_actor_deltas_equals_all_data():
+    rng = np.random.default_rng(3)
+    base_data = rng.normal(1.0, 2.0, size=(500, 4))
+    base = stats_of([base_data], (4,))
+    shipped = base.state_dict()
+
+    actor_data, deltas = [], []
+    for actor, n_steps in enumerate([3, 40, 1, 17]):
+        normalizer = ObservationNormalizer((4,), base=shipped)
+        for _ in range(n_steps):
+            batch = rng.normal(5.0 + actor, 1.0 + actor, size=(8, 4))
+            normalizer(batch)
+            actor_data.append(batch)
+        # the live stats are base + delta
+        np.testing.assert_allclose(normalizer.stats.mean,
+                                   merge_base_and_deltas(shipped, [normalizer.delta]).mean, atol=TOL)
+        deltas.append(pickle.loads(pickle.dumps(normalizer.delta.state_dict())))
+
+    merged = merge_base_and_deltas(shipped, deltas)
+    assert_matches_data(merged, np.concatenate([base_data, *actor_data]))
+    # the shipped base is untouched
+    np.testing.assert_array_equal(RunningMeanStd.from_state_dict(shipped).mean, base.mean)
+
+
+def test_reward_scaler_stats_merge_like_observations():
+    rng = np.random.default_rng(4)
+    gamma = 0.9
+    all_returns = [rng.normal(size=50)]
+    base = RunningMeanStd(())
+    base.update(all_returns[0])
+
+    deltas = []
+    for _ in range(3):
+        scaler = RewardScaler(num_envs=2, gamma=gamma, base=base.state_dict())
+        returns = np.zeros(2)
+        for t in range(30):
+            rewards = rng.normal(size=2)
+            dones = np.array([t % 7 == 6, t % 11 == 10])
+            scaled = scaler(rewards, dones)
+            returns = returns * gamma + rewards
+            all_returns.append(returns.copy())
+            np.testing.assert_allclose(scaled, np.clip(rewards / np.sqrt(scaler.stats.var + 1e-8), -10, 10),
+                                       rtol=1e-6)
+            assert scaled.dtype == np.float32
+            returns[dones] = 0.0
+        deltas.append(scaler.delta)
+    assert_matches_data(merge_base_and_deltas(base, deltas), np.concatenate(all_returns))
+
+
+def test_normalize_clips_and_is_float32():
+    rms = RunningMeanStd((2,))
+    rms.update(np.array([[0.0, 0.0], [2.0, 2.0]]))  # mean 1, var 1
+    out = rms.normalize(np.array([[1.0, 1e6], [-1e6, 3.0]]), clip=5.0)
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(out, [[0.0, 5.0], [-5.0, 2.0]], atol=1e-6)
+    assert RunningMeanStd((2,)).normalize(np.array([20.0, -3.0])).tolist() == [10.0, -3.0]
+
+
+def test_state_round_trip():
+    rng = np.random.default_rng(5)
+    rms = stats_of([rng.normal(size=(10, 3, 2))], (3, 2))
+    state = pickle.loads(pickle.dumps(rms.state_dict()))
+    assert set(state) == {"count", "mean", "var"}
+    back = RunningMeanStd.from_state_dict(state)
+    assert back.shape == (3, 2) and back.count == rms.count
+    np.testing.assert_array_equal(back.mean, rms.mean)
+    np.testing.assert_array_equal(back.var, rms.var)
+    state["mean"][0, 0] = 123.0  # state dicts are copies
+    assert rms.mean[0, 0] != 123.0
+    assert len(pickle.dumps(RunningMeanStd((376,)).state_dict())) < 10_000

@@ -1,0 +1,98 @@
+"""End to end: the `train` flow on a real Prefect API, real worker processes, a real MLflow store."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from models.config import ConfigError
+
+pytestmark = pytest.mark.e2e
+
+REQUIRED_METRICS = [
+    "rollout/ep_return_mean", "rollout/env_steps", "train/loss", "train/approx_kl",
+    "train/clipfrac", "train/policy_kl", "sched/actors", "time/learner_s", "time/actor_mean_s",
+    "time/actor_max_s", "time/round_s", "time/round_wall_s", "cost/round_usd", "cost/total_usd",
+    "cost/budget_left_usd", "cost/server_cluster_usd", "time/actor_startup_s",
+    "time/actor_weight_load_s", "time/actor_sampling_s", "time/actor_upload_s",
+]
+
+
+def test_train_two_rounds_two_actors(prefect_api_url, mlflow_uri, tmp_path):
+    from prefect import get_client
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+
+    from flows.train import train
+
+    summary = train(env="CartPole-v1", scheduler="fixed:2", max_rounds=2, fragment=128,
+                    seed=3, tracking_uri=mlflow_uri, checkpoint_dir=str(tmp_path / "ckpt"),
+                    local_workers=2)
+
+    assert summary["stop_reason"] in ("max_rounds", "target_reached")
+    assert summary["rounds"] == 2
+    assert summary["env_steps"] == 2 * 2 * 128
+    assert summary["cost_usd"] > 0
+
+    client = MlflowClient(mlflow_uri)
+    run = client.get_run(summary["run_id"])
+    assert run.info.status == "FINISHED"
+    assert run.info.run_name.startswith("CartPole-v1__fixed2__3__")
+    assert run.data.params["ppo.gamma"] == "0.98"
+    assert run.data.params["fragment"] == "128"
+    for key in REQUIRED_METRICS:
+        steps = sorted(m.step for m in client.get_metric_history(run.info.run_id, key))
+        assert steps == [0, 1], f"{key} logged at steps {steps}"
+    actors = client.get_metric_history(run.info.run_id, "sched/actors")
+    assert [m.value for m in actors] == [2.0, 2.0]
+    total = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "cost/total_usd")}
+    per_round = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "cost/round_usd")}
+    assert math.isclose(total[1], per_round[0] + per_round[1], rel_tol=1e-9)
+    artifacts = [a.path for a in client.list_artifacts(run.info.run_id, "policy")]
+    assert artifacts == ["policy/final_policy.pt"]
+    assert (tmp_path / "ckpt" / summary["run_id"] / "latest.pt").exists()
+
+    # Prefect recorded one train-round subflow per round, each with its mapped rollouts.
+    with get_client(sync_client=True) as prefect:
+        rounds = prefect.read_flow_runs(
+            flow_filter=FlowFilter(name=FlowFilterName(any_=["train-round"])))
+        ours = [r for r in rounds if r.state.is_completed()]
+        assert {r.name for r in ours} >= {"round-0-x2", "round-1-x2"}
+        tasks = prefect.read_task_runs()
+        names = {t.name for t in tasks}
+        assert {"rollout-r0-a0", "rollout-r0-a1", "rollout-r1-a0", "rollout-r1-a1",
+                "update-r0", "update-r1"} <= names
+
+
+def test_bad_input_fails_before_any_actor_or_run(prefect_api_url, mlflow_uri, tmp_path):
+    from flows.train import train
+
+    with pytest.raises(ConfigError, match="unknown gymnasium env id"):
+        train(env="NoSuchEnv-v0", tracking_uri=mlflow_uri)
+    with pytest.raises(ConfigError, match="fragment"):
+        train(env="CartPole-v1", fragment=100, envs_per_actor=3, tracking_uri=mlflow_uri)
+    with pytest.raises(ConfigError, match="budget_usd"):
+        train(env="CartPole-v1", budget_usd=-1.0, tracking_uri=mlflow_uri)
+    with pytest.raises(ConfigError, match="unknown backend"):
+        train(env="CartPole-v1", backend="nowhere", tracking_uri=mlflow_uri)
+    # Nothing was started: no MLflow run exists.
+    client = MlflowClient(mlflow_uri)
+    experiments = client.search_experiments()
+    runs = client.search_runs([e.experiment_id for e in experiments]) if experiments else []
+    assert runs == []
+
+
+def test_budget_is_a_hard_limit(prefect_api_url, mlflow_uri, tmp_path):
+    from flows.train import train
+
+    # Enough for about two rounds of 2 actors: the third is not started.
+    first = train(env="CartPole-v1", scheduler="fixed:2", max_rounds=1, fragment=128, seed=1,
+                  tracking_uri=mlflow_uri, checkpoint_dir=str(tmp_path / "a"))
+    budget = first["cost_usd"] * 2.5
+    summary = train(env="CartPole-v1", scheduler="fixed:2", max_rounds=50, fragment=128, seed=1,
+                    budget_usd=budget, target_return=10_000.0, tracking_uri=mlflow_uri,
+                    checkpoint_dir=str(tmp_path / "b"))
+    assert summary["stop_reason"] == "budget_spent"
+    assert summary["cost_usd"] <= budget
+    assert 1 <= summary["rounds"] < 50
