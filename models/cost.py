@@ -54,7 +54,7 @@ class PriceTable:
                 server_actor_cores=int(server.get("actor_cores", 32)),
                 source=source,
             )
-        except (OSError, KeyError, TypeError, tomllib.TOMLDecodeError) as exc:
+        except (OSError, KeyError, TypeError, ValueError) as exc:  # TOMLDecodeError, UnicodeDecodeError are ValueErrors
             raise ConfigError(f"cannot read price table {path or 'packaged'}: {exc!r}") from exc
 
     def with_actor_memory(self, memory_gb: float) -> PriceTable:

@@ -10,6 +10,7 @@ import numpy as np
 
 from models.config import ConfigError
 
+
 def check_env_id(env_id: str) -> None:
     """Fail fast, before any actor starts, on an id gymnasium does not know."""
     _register_optional_envs()

@@ -75,7 +75,7 @@ class ActorCritic(nn.Module):
         actions, logp = self.head.sample(logits, generator)
         return actions.numpy(), logp.numpy()
 
-    def sampler(self, seed: int) -> "NumpyCategoricalSampler":
+    def sampler(self, seed: int) -> NumpyCategoricalSampler:
         """A snapshot of the current policy for the actors' hot loop (see NumpyCategoricalSampler)."""
         return NumpyCategoricalSampler(self.actor, seed)
 

@@ -102,7 +102,7 @@ class Learner:
         obs = np.concatenate([b.obs for b in batches], axis=1)
         offsets = np.cumsum([0] + [b.rewards.shape[1] for b in batches[:-1]])
         trunc_index = np.concatenate(
-            [b.trunc_index + np.array([0, off]) for b, off in zip(batches, offsets)])
+            [b.trunc_index + np.array([0, off]) for b, off in zip(batches, offsets, strict=True)])
         trunc_obs = np.concatenate([b.trunc_obs for b in batches])
         last_obs = np.concatenate([b.last_obs for b in batches])
         t_len, n_envs = obs.shape[:2]

@@ -152,9 +152,6 @@ def test_missing_price_file_raises_config_error(tmp_path):
         PriceTable.load(tmp_path / "nope.toml")
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason="BUG: PriceTable.load catches OSError/KeyError/TypeError/TOMLDecodeError "
-                   "but not ValueError, so a non-numeric startup_s/actor_cores escapes as a bare "
-                   "ValueError that does not name the file")
 @pytest.mark.parametrize("field", ['startup_s = "five minutes"', 'actor_cores = "many"'])
 def test_non_numeric_server_field_raises_config_error(tmp_path, field):
     path = tmp_path / "broken.toml"
@@ -163,8 +160,6 @@ def test_non_numeric_server_field_raises_config_error(tmp_path, field):
         PriceTable.load(path)
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason="BUG: a price file that is not UTF-8 text raises UnicodeDecodeError "
-                   "(a ValueError) from PriceTable.load instead of ConfigError")
 def test_binary_price_file_raises_config_error(tmp_path):
     path = tmp_path / "prices.toml"
     path.write_bytes(b"\xff\xfe\x00binary\x80\x81")

@@ -1,0 +1,104 @@
+"""BENCHMARKS (a): wall time to mean return 475 on CartPole-v1, ours (through Prefect) vs SB3 PPO.
+
+Both are measured in the same process run, on the same machine, alternating seeds, with the
+same stop rule: the mean return of the episodes that completed within each window of
+`window_steps` env steps (our round size at Fixed(8) x 512 steps) reaches 475. SB3 uses the
+RL-Zoo CartPole-v1 hyperparameters. Both use one torch thread.
+
+    .venv/bin/python -m benchmarks.cartpole_vs_sb3 --seeds 0 1 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+import torch
+
+
+def sb3_time_to_target(seed: int, target: float = 475.0, window_steps: int = 4096,
+                       max_steps: int = 300_000) -> dict:
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+
+    class StopAtTarget(BaseCallback):
+        def __init__(self):
+            super().__init__()
+            self.window: list[float] = []
+            self.steps_in_window = 0
+            self.reached_at: int | None = None
+
+        def _on_step(self) -> bool:
+            for info in self.locals["infos"]:
+                if "episode" in info:
+                    self.window.append(info["episode"]["r"])
+            self.steps_in_window += self.training_env.num_envs
+            if self.steps_in_window >= window_steps:
+                mean = float(np.mean(self.window)) if self.window else float("nan")
+                self.window, self.steps_in_window = [], 0
+                if mean >= target:
+                    self.reached_at = self.num_timesteps
+                    return False
+            return True
+
+    def linear(start: float):
+        return lambda progress: progress * start
+
+    torch.set_num_threads(1)
+    started = time.perf_counter()
+    env = make_vec_env("CartPole-v1", n_envs=8, seed=seed)
+    model = PPO("MlpPolicy", env, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98,
+                n_epochs=20, ent_coef=0.0, learning_rate=linear(1e-3), clip_range=linear(0.2),
+                seed=seed, device="cpu", verbose=0)
+    callback = StopAtTarget()
+    model.learn(total_timesteps=max_steps, callback=callback)
+    return {"seed": seed, "wall_s": time.perf_counter() - started,
+            "reached": callback.reached_at is not None,
+            "env_steps": callback.reached_at or model.num_timesteps}
+
+
+def ours_time_to_target(seed: int, tracking_uri: str) -> dict:
+    from flows.train import train
+
+    started = time.perf_counter()
+    summary = train(env="CartPole-v1", scheduler="fixed:8", seed=seed, tracking_uri=tracking_uri,
+                    experiment="benchmark/cartpole-vs-sb3")
+    return {"seed": seed, "wall_s": time.perf_counter() - started,
+            "reached": summary["target_reached"], "env_steps": summary["env_steps"],
+            "rounds": summary["rounds"], "sum_round_s": summary["time_to_stop_s"],
+            "round_wall_s": summary["wall_time_s"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--tracking-uri", default=None)
+    args = parser.parse_args()
+    from flows.local_api import prefect_api
+    from flows.tracking import default_tracking_uri
+
+    tracking_uri = args.tracking_uri or default_tracking_uri()
+    t0 = time.perf_counter()
+    ours, sb3 = [], []
+    with prefect_api():
+        print(f"temporary Prefect API up in {time.perf_counter() - t0:.1f} s (not counted below)")
+        for seed in args.seeds:
+            sb3.append(sb3_time_to_target(seed))
+            print("sb3 ", sb3[-1], flush=True)
+            ours.append(ours_time_to_target(seed, tracking_uri))
+            print("ours", ours[-1], flush=True)
+    med_ours = statistics.median(r["wall_s"] for r in ours)
+    med_sb3 = statistics.median(r["wall_s"] for r in sb3)
+    print(f"\nmedian wall to 475: ours {med_ours:.1f} s, SB3 {med_sb3:.1f} s, "
+          f"ratio {med_ours / med_sb3:.2f} (goal <= 0.75)")
+    print(f"reached: ours {sum(r['reached'] for r in ours)}/{len(ours)}, "
+          f"SB3 {sum(r['reached'] for r in sb3)}/{len(sb3)}")
+    print(f"median env steps: ours {statistics.median(r['env_steps'] for r in ours):.0f}, "
+          f"SB3 {statistics.median(r['env_steps'] for r in sb3):.0f}")
+
+
+if __name__ == "__main__":
+    main()
