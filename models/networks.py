@@ -18,9 +18,10 @@ from torch import nn
 LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
-def _init(layer: nn.Module, gain: float) -> nn.Module:
-    nn.init.orthogonal_(layer.weight, gain)
-    nn.init.zeros_(layer.bias)
+def _init(layer: nn.Module, gain: float, orthogonal: bool = True) -> nn.Module:
+    if orthogonal:
+        nn.init.orthogonal_(layer.weight, gain)
+        nn.init.zeros_(layer.bias)
     return layer
 
 
@@ -31,20 +32,24 @@ class NatureCNN(nn.Module):
     ``features``. Trunk: conv 32x8x8/4, conv 64x4x4/2, conv 64x3x3/1, Linear 3136->512, ReLU
     after each; orthogonal init with gain sqrt(2). Heads: policy Linear 512->n_actions
     (gain 0.01), value Linear 512->1 (gain 1).
+
+    ``orthogonal_init=False`` keeps torch's cheap default init: for actors that load the
+    learner's weights straight away (the orthogonal init's QR of the 512x3136 matrix costs
+    about 0.1 s on one core, more on a busy one).
     """
 
-    def __init__(self, n_actions: int, in_channels: int = 4):
+    def __init__(self, n_actions: int, in_channels: int = 4, orthogonal_init: bool = True):
         super().__init__()
-        gain = math.sqrt(2)
+        gain, o = math.sqrt(2), orthogonal_init
         self.trunk = nn.Sequential(
-            _init(nn.Conv2d(in_channels, 32, 8, stride=4), gain), nn.ReLU(),
-            _init(nn.Conv2d(32, 64, 4, stride=2), gain), nn.ReLU(),
-            _init(nn.Conv2d(64, 64, 3, stride=1), gain), nn.ReLU(),
+            _init(nn.Conv2d(in_channels, 32, 8, stride=4), gain, o), nn.ReLU(),
+            _init(nn.Conv2d(32, 64, 4, stride=2), gain, o), nn.ReLU(),
+            _init(nn.Conv2d(64, 64, 3, stride=1), gain, o), nn.ReLU(),
             nn.Flatten(),
-            _init(nn.Linear(64 * 7 * 7, 512), gain), nn.ReLU(),
+            _init(nn.Linear(64 * 7 * 7, 512), gain, o), nn.ReLU(),
         )
-        self.policy_head = _init(nn.Linear(512, n_actions), 0.01)
-        self.value_head = _init(nn.Linear(512, 1), 1.0)
+        self.policy_head = _init(nn.Linear(512, n_actions), 0.01, o)
+        self.value_head = _init(nn.Linear(512, 1), 1.0, o)
 
     def features(self, obs: torch.Tensor | np.ndarray) -> torch.Tensor:
         """The 512-unit shared representation of uint8 frames."""

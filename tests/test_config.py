@@ -22,7 +22,7 @@ def test_cartpole_preset():
     assert cfg.target_return == 475.0
     assert (cfg.fragment, cfg.envs_per_actor, cfg.steps_per_env) == (512, 1, 512)
     assert cfg.scheduler == "fixed:8" and cfg.backend == "local" and cfg.i_max == 32
-    assert (cfg.ppo.gamma, cfg.ppo.gae_lambda, cfg.ppo.learning_rate) == (0.98, 0.8, 1e-3)
+    assert (cfg.ppo.gamma, cfg.ppo.gae_lambda, cfg.ppo.learning_rate) == (0.99, 0.95, 3e-3)
     assert cfg.ppo.clip_coef == 0.2
 
 

@@ -23,8 +23,16 @@ def test_nature_cnn_shapes_and_init():
     assert torch.count_nonzero(net.trunk[0].bias) == 0
 
 
+def test_nature_cnn_without_orthogonal_init_loads_weights():
+    learner = NatureCNN(n_actions=4)
+    actor = NatureCNN(n_actions=4, orthogonal_init=False)
+    actor.load_state_dict(learner.state_dict())
+    frames = torch.zeros((1, 4, 84, 84), dtype=torch.uint8)
+    torch.testing.assert_close(actor(frames), learner(frames))
+
+
 def test_nature_cnn_scales_uint8_inside():
-    net = NatureCNN(n_actions=4)
+    net = NatureCNN(n_actions=4, orthogonal_init=False)
     frames = torch.full((2, 4, 84, 84), 255, dtype=torch.uint8)
     torch.testing.assert_close(net.features(frames), net.trunk(torch.ones(2, 4, 84, 84)))
 
@@ -56,21 +64,22 @@ def test_gaussian_sample_log_probs_and_moments():
     torch.testing.assert_close(again, actions)
 
 
-def make_actor(n_obs=11, n_act=3, seed=0):
+def make_actor(n_obs, n_act, seed=0):
     torch.manual_seed(seed)  # the layout of models.policy.mlp: Linear/Tanh, 64x64
     actor = nn.Sequential(nn.Linear(n_obs, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, n_act))
     for layer in actor:  # a non-trivial mean
         if isinstance(layer, nn.Linear):
             nn.init.normal_(layer.bias, std=0.5)
-    return actor, torch.tensor([-1.5, 0.0, 0.5])
+    return actor, torch.linspace(-1.5, 0.5, n_act)
 
 
-def test_numpy_sampler_log_probs_match_torch_head():
-    actor, log_std = make_actor()
+@pytest.mark.parametrize("n_obs,n_act", [(11, 3), (376, 17)])  # Hopper, Humanoid sizes
+def test_numpy_sampler_log_probs_match_torch_head(n_obs, n_act):
+    actor, log_std = make_actor(n_obs, n_act)
     sampler = NumpyGaussianSampler(actor, log_std, seed=0)
-    obs = np.random.default_rng(1).normal(size=(256, 11)).astype(np.float32)
+    obs = np.random.default_rng(1).normal(size=(256, n_obs)).astype(np.float32)
     actions, logp = sampler(obs)
-    assert actions.dtype == np.float32 and actions.shape == (256, 3) and logp.shape == (256,)
+    assert actions.dtype == np.float32 and actions.shape == (256, n_act) and logp.shape == (256,)
     with torch.no_grad():
         mean = actor(torch.as_tensor(obs))
         torch_logp, _ = DiagGaussianHead.log_prob_entropy(mean, log_std, torch.as_tensor(actions))

@@ -39,7 +39,7 @@ def test_train_two_rounds_two_actors(prefect_api_url, mlflow_uri, tmp_path):
     run = client.get_run(summary["run_id"])
     assert run.info.status == "FINISHED"
     assert run.info.run_name.startswith("CartPole-v1__fixed2__3__")
-    assert run.data.params["ppo.gamma"] == "0.98"
+    assert run.data.params["ppo.gamma"] == "0.99"
     assert run.data.params["fragment"] == "128"
     for key in REQUIRED_METRICS:
         steps = sorted(m.step for m in client.get_metric_history(run.info.run_id, key))
