@@ -86,6 +86,8 @@ class TrainingSession:
         """Fold a finished round into the run's totals; returns the round's metrics."""
         metrics = round_metrics(batches, learner_stats["time/learner_s"], wall_s, self.prices)
         metrics.update(learner_stats)
+        if "time/round_body_s" in learner_stats:  # split the overhead: subflow vs tasks
+            metrics["time/subflow_overhead_s"] = max(wall_s - learner_stats["time/round_body_s"], 0.0)
         self.spent_usd += metrics["cost/round_usd"]
         self.env_steps += int(metrics["rollout/env_steps"])
         self.sum_round_s += metrics["time/round_s"]

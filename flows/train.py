@@ -45,9 +45,11 @@ def round_flow(session: TrainingSession, backend: ActorBackend):
     @flow(name="train-round", flow_run_name="round-{round_index}-x{actors}", persist_result=False,
           validate_parameters=False, task_runner=ThreadPoolTaskRunner(max_workers=session.cfg.i_max))
     def train_round(round_index: int, actors: int):
+        body_started = time.perf_counter()
         jobs = session.jobs(actors, session.learner.weights())
         batches = rollout.map(unmapped(backend), jobs).result()
         stats = update(session.learner, batches, round_index)
+        stats["time/round_body_s"] = time.perf_counter() - body_started
         return batches, stats
 
     return train_round

@@ -77,6 +77,7 @@ def round_metrics(batches: list[RolloutBatch], learner_s: float, wall_s: float,
         "time/round_s": round_time(learner_s, durations),
         "time/round_wall_s": wall_s,
         "time/orchestration_s": max(wall_s - actor_busy - learner_s, 0.0),
+        "time/actor_busy_s": actor_busy,
         "cost/round_usd": round_cost(learner_s, durations, prices),
     }
     for key in ("dispatch_s", "queue_s", "startup_s", "weight_load_s", "sampling_s", "upload_s"):
