@@ -22,6 +22,10 @@ from models.schedulers import RoundState, make_scheduler
 
 STOP_TARGET, STOP_BUDGET, STOP_MAX_ROUNDS = "target_reached", "budget_spent", "max_rounds"
 
+HISTORY_KEYS = ("sched/actors", "rollout/ep_return_mean", "time/round_s", "time/learner_s",
+                "time/actor_mean_s", "cost/round_usd", "train/loss", "train/policy_kl",
+                "rollout/env_steps")
+
 # A round's cost is estimated from the last round's durations; rounds vary, so leave headroom
 # (measured on CartPole: round-to-round duration changes stay well under 20%).
 BUDGET_MARGIN = 1.2
@@ -34,7 +38,8 @@ class TrainingSession:
         self.spaces = env_spaces(cfg.env_id)
         self.learner = Learner(self.spaces, cfg.ppo, seed=cfg.seed, device=cfg.learner_device,
                                max_rounds=cfg.max_rounds)
-        self.scheduler = make_scheduler(cfg.scheduler, cfg.i_max, cfg.max_rounds, cfg.target_return)
+        self.scheduler = make_scheduler(cfg.scheduler, cfg.i_max, cfg.max_rounds, cfg.target_return,
+                                        budget_usd=cfg.budget_usd, seed=cfg.seed)
         self.round_index = 0  # the next round to run
         self.spent_usd = 0.0
         self.env_steps = 0
@@ -44,6 +49,7 @@ class TrainingSession:
         self.last: dict[str, float] = {}
         self.stop_reason: str | None = None
         self.run_id: str | None = None
+        self.history: list[dict[str, float]] = []  # per-round figures a scheduler learns from
 
     # -- before a round ------------------------------------------------------------------
     def state(self) -> RoundState:
@@ -82,9 +88,10 @@ class TrainingSession:
 
     # -- after a round -------------------------------------------------------------------
     def record(self, batches: list[RolloutBatch], learner_stats: dict[str, float],
-               wall_s: float) -> dict[str, float]:
+               wall_s: float, failed_billed_s: list[float] | None = None) -> dict[str, float]:
         """Fold a finished round into the run's totals; returns the round's metrics."""
-        metrics = round_metrics(batches, learner_stats["time/learner_s"], wall_s, self.prices)
+        metrics = round_metrics(batches, learner_stats["time/learner_s"], wall_s, self.prices,
+                                failed_billed_s)
         metrics.update(learner_stats)
         if "time/round_body_s" in learner_stats:  # split the overhead: subflow vs tasks
             metrics["time/subflow_overhead_s"] = max(wall_s - learner_stats["time/round_body_s"], 0.0)
@@ -104,6 +111,7 @@ class TrainingSession:
             "time/total_wall_s": self.sum_wall_s,
         })
         self.last = metrics
+        self.history.append({key: metrics[key] for key in HISTORY_KEYS if key in metrics})
         self.round_index += 1
         if not math.isnan(ret) and ret >= self.cfg.target_return:
             self.stop_reason = STOP_TARGET
@@ -127,6 +135,8 @@ class TrainingSession:
             "server_cluster_cost_usd": server_cluster_cost(self.sum_round_s, self.prices),
             "time_to_stop_s": self.sum_round_s,
             "wall_time_s": self.sum_wall_s,
+            "history": list(self.history),
+            "scheduler_trace": (self.scheduler.trace() if hasattr(self.scheduler, "trace") else None),
         }
 
     # -- checkpoints ---------------------------------------------------------------------
@@ -144,6 +154,7 @@ class TrainingSession:
             "last": self.last,
             "stop_reason": self.stop_reason,
             "run_id": self.run_id,
+            "history": self.history,
         })
 
     def restore(self, path: str | Path) -> None:
@@ -151,7 +162,7 @@ class TrainingSession:
         self.learner.load_state_dict(state["learner"])
         self.scheduler.load_state_dict(state["scheduler"])
         for key in ("round_index", "spent_usd", "env_steps", "sum_round_s", "sum_wall_s",
-                    "best_return", "last", "stop_reason", "run_id"):
+                    "best_return", "last", "stop_reason", "run_id", "history"):
             setattr(self, key, state[key])
 
 

@@ -45,9 +45,20 @@ class RunTracker:
 
     def __init__(self, tracking_uri: str | None = None):
         self.tracking_uri = tracking_uri or default_tracking_uri()
-        self.client = MlflowClient(self.tracking_uri)
+        self._client: MlflowClient | None = None
         self.run_id: str | None = None
         self.experiment_id: str | None = None
+
+    def open(self) -> None:
+        """Connect to the store (slow the first time in a process: imports and migrations)."""
+        if self._client is None:
+            self._client = MlflowClient(self.tracking_uri)
+            self._client.search_experiments(max_results=1)
+
+    @property
+    def client(self) -> MlflowClient:
+        self.open()
+        return self._client
 
     def start(self, experiment: str, run_name: str, params: dict[str, Any],
               tags: dict[str, str] | None = None, run_id: str | None = None) -> str:

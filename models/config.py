@@ -87,6 +87,9 @@ class RunConfig:
     ppo: PPOConfig = field(default_factory=PPOConfig)
     actor_memory_gb: float = 1.0
     learner_device: str = "auto"
+    actor_timeout_s: float | None = None
+    actor_retries: int = 1
+    quorum: float = 0.75
 
     def validate(self) -> None:
         _check(math.isfinite(self.target_return), "target_return must be a finite number")
@@ -103,6 +106,10 @@ class RunConfig:
         _check(self.actor_memory_gb > 0, "actor_memory_gb must be > 0")
         _check(self.learner_device in ("auto", "cpu", "cuda"),
                "learner_device must be 'auto', 'cpu' or 'cuda'")
+        _check(self.actor_timeout_s is None or self.actor_timeout_s > 0,
+               "actor_timeout_s must be > 0 seconds or null")
+        _check(0 <= self.actor_retries <= 10, "actor_retries must be in [0, 10]")
+        _check(0 < self.quorum <= 1, "quorum must be a fraction in (0, 1]")
         self.ppo.validate()
 
     @property

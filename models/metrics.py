@@ -59,8 +59,14 @@ def mean_return(batches: list[RolloutBatch]) -> float:
 
 
 def round_metrics(batches: list[RolloutBatch], learner_s: float, wall_s: float,
-                  prices: PriceTable) -> dict[str, float]:
-    """Time, cost and sampling figures of one round, with MLflow-style grouped keys."""
+                  prices: PriceTable, failed_billed_s: list[float] | None = None) -> dict[str, float]:
+    """Time, cost and sampling figures of one round, with MLflow-style grouped keys.
+
+    failed_billed_s: billed seconds of actors that failed every attempt; retried attempts of
+    actors that finished are in their batch's timings. Both are cost, neither is a duration.
+    """
+    failed_billed_s = failed_billed_s or []
+    retried_s = [b.timings.get("failed_attempts_billed_s", 0.0) for b in batches]
     phases = [actor_phases(b) for b in batches]
     durations = [p["duration_s"] for p in phases]
     actor_busy = busy_span([(b.timings["started_at"], b.timings.get("sent_at", b.timings["sampled_at"]))
@@ -71,14 +77,17 @@ def round_metrics(batches: list[RolloutBatch], learner_s: float, wall_s: float,
         "rollout/ep_return_mean": mean_return(batches),
         "rollout/episodes": float(len(episodes)),
         "rollout/env_steps": float(steps),
-        "sched/actors": float(len(batches)),
+        "sched/actors": float(len(batches) + len(failed_billed_s)),
+        "rollout/batches": float(len(batches)),
         "time/actor_mean_s": float(np.mean(durations)),
         "time/actor_max_s": float(np.max(durations)),
         "time/round_s": round_time(learner_s, durations),
         "time/round_wall_s": wall_s,
         "time/orchestration_s": max(wall_s - actor_busy - learner_s, 0.0),
         "time/actor_busy_s": actor_busy,
-        "cost/round_usd": round_cost(learner_s, durations, prices),
+        "cost/round_usd": round_cost(learner_s, durations + retried_s + failed_billed_s, prices),
+        "rollout/actor_failures": float(len(failed_billed_s)),
+        "rollout/actor_retries": float(sum(b.timings.get("attempts", 1.0) - 1 for b in batches)),
     }
     for key in ("dispatch_s", "queue_s", "startup_s", "weight_load_s", "sampling_s", "upload_s"):
         out[f"time/actor_{key}"] = float(np.mean([p[key] for p in phases]))

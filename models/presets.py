@@ -13,6 +13,9 @@ from models.envs import check_env_id
 from models.schedulers import make_scheduler
 
 
+DEFAULT_ACTOR_TIMEOUT_S = 300.0  # a lost actor must not stall a round for ever
+
+
 @functools.cache
 def _preset_table() -> dict[str, Any]:
     return tomllib.loads(resources.files("models.data").joinpath("presets.toml").read_text())
@@ -35,7 +38,8 @@ def resolve_run_config(env_id: str, *, backends: tuple[str, ...], scheduler: str
                        max_rounds: int | None = None, i_max: int = 32, fragment: int | None = None,
                        envs_per_actor: int | None = None, seed: int = 0, backend: str = "local",
                        ppo: dict[str, Any] | None = None, actor_memory_gb: float | None = None,
-                       learner_device: str = "auto") -> RunConfig:
+                       learner_device: str = "auto", actor_timeout_s: float | None = None,
+                       actor_retries: int = 1, quorum: float = 0.75) -> RunConfig:
     """Preset values, overridden by whatever the caller gave; validated before anything runs."""
     check_env_id(env_id)
     if backend not in backends:
@@ -59,7 +63,11 @@ def resolve_run_config(env_id: str, *, backends: tuple[str, ...], scheduler: str
         ppo=PPOConfig().replace(preset.get("ppo")).replace(ppo),
         actor_memory_gb=float(pick(actor_memory_gb, "actor_memory_gb")),
         learner_device=learner_device,
+        actor_timeout_s=DEFAULT_ACTOR_TIMEOUT_S if actor_timeout_s is None else actor_timeout_s,
+        actor_retries=int(actor_retries),
+        quorum=float(quorum),
     )
     cfg.validate()
-    make_scheduler(cfg.scheduler, cfg.i_max, cfg.max_rounds, cfg.target_return)  # parse check
+    make_scheduler(cfg.scheduler, cfg.i_max, cfg.max_rounds, cfg.target_return,
+                   budget_usd=cfg.budget_usd, seed=cfg.seed)  # parse check
     return cfg

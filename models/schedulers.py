@@ -130,8 +130,12 @@ class Ramp(_Stateless):
         return clip_actors(self.start + self.direction * self.step * block, self.i_max)
 
 
-def make_scheduler(spec: str, i_max: int, max_rounds: int, target_return: float) -> Scheduler:
-    """Parse 'fixed:N', 'max', 'adapt', 'increase:N[:step[:every]]', 'decrease:N[:step[:every]]'."""
+def make_scheduler(spec: str, i_max: int, max_rounds: int, target_return: float,
+                   budget_usd: float | None = None, seed: int = 0) -> Scheduler:
+    """Parse 'fixed:N', 'max', 'adapt', 'increase:N[:step[:every]]', 'decrease:N[:step[:every]]'.
+
+    budget_usd and seed are for schedulers that need them (the learned scheduler).
+    """
     name, *args = spec.strip().lower().split(":")
     try:
         numbers = [int(a) for a in args]

@@ -5,15 +5,28 @@ Tuned for a hot loop (PLATFORM-NOTES): no input hashing for caching, no result p
 
 from __future__ import annotations
 
-from prefect import task
+from dataclasses import dataclass
+
+from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from models.ppo import Learner
 from models.rollout import ActorJob, RolloutBatch
 from models.schedulers import RoundState, Scheduler
-from tasks.backends import ActorBackend
+from tasks.backends import ActorBackend, ActorError
 
 _FAST = {"cache_policy": NO_CACHE, "persist_result": False, "log_prints": False}
+
+
+@dataclass(frozen=True)
+class ActorFailure:
+    """An actor that failed every attempt; its billed seconds still count as cost."""
+
+    actor_index: int
+    attempts: int
+    billed_s: float
+    timed_out: bool
+    error: str
 
 
 @task(name="schedule", **_FAST)
@@ -23,9 +36,28 @@ def schedule(scheduler: Scheduler, state: RoundState) -> int:
 
 
 @task(name="rollout", task_run_name="rollout-r{job.round_index}-a{job.actor_index}", **_FAST)
-def rollout(backend: ActorBackend, job: ActorJob) -> RolloutBatch:
-    """One actor: sample a fragment with the round's weights on the chosen backend."""
-    return backend.run(job)
+def rollout(backend: ActorBackend, job: ActorJob, timeout_s: float | None = None,
+            retries: int = 1) -> RolloutBatch | ActorFailure:
+    """One actor: sample a fragment with the round's weights on the chosen backend.
+
+    A crashed or timed-out actor is retried here rather than with Prefect's task retries, so
+    that the billed time of every attempt is kept and a final failure is a value the round
+    can count against its quorum instead of an exception that fails the round.
+    """
+    billed, timed_out, error = 0.0, False, ""
+    for attempt in range(1, retries + 2):
+        try:
+            batch = backend.run(job, timeout_s)
+        except ActorError as exc:
+            billed += exc.billed_s
+            timed_out, error = exc.timed_out, str(exc)
+            get_run_logger().warning("actor %d of round %d failed (attempt %d of %d): %s",
+                                     job.actor_index, job.round_index, attempt, retries + 1, exc)
+            continue
+        batch.timings["failed_attempts_billed_s"] = billed
+        batch.timings["attempts"] = float(attempt)
+        return batch
+    return ActorFailure(job.actor_index, retries + 1, billed, timed_out, error)
 
 
 @task(name="update", task_run_name="update-r{round_index}", **_FAST)

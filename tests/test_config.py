@@ -32,7 +32,7 @@ def test_overrides_win_over_the_preset():
     assert (cfg.scheduler, cfg.target_return, cfg.budget_usd, cfg.max_rounds) == ("adapt", 200.0, 0.5, 7)
     assert (cfg.i_max, cfg.fragment, cfg.envs_per_actor, cfg.steps_per_env, cfg.seed) == (16, 256, 4, 64, 3)
     assert cfg.ppo.gamma == 0.9 and cfg.ppo.hidden == (32,)
-    assert cfg.ppo.gae_lambda == 0.8  # preset value kept where not overridden
+    assert cfg.ppo.gae_lambda == 0.95  # preset value kept where not overridden
 
 
 def test_env_without_preset_gets_generic_defaults():

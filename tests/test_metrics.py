@@ -76,7 +76,8 @@ def test_round_metrics():
         "time/actor_mean_s", "time/actor_max_s", "time/round_s", "time/round_wall_s",
         "time/orchestration_s", "cost/round_usd", "time/actor_dispatch_s", "time/actor_queue_s",
         "time/actor_startup_s", "time/actor_weight_load_s", "time/actor_sampling_s",
-        "time/actor_upload_s", "perf/actor_steps_per_s"}
+        "time/actor_upload_s", "perf/actor_steps_per_s", "time/actor_busy_s",
+        "rollout/batches", "rollout/actor_failures", "rollout/actor_retries"}
     durations = [2.1, 1.0]
     assert out["time/round_s"] == pytest.approx(3.0 + max(durations))  # P_k = P^l + max_i P^a
     assert out["time/actor_max_s"] == pytest.approx(2.1)
@@ -109,3 +110,15 @@ def test_mean_return():
          "sampling_s": 0.0, "sampled_at": 0.0}
     assert mean_return([batch(t, [1.0, 2.0]), batch(t, [6.0])]) == pytest.approx(3.0)
     assert math.isnan(mean_return([batch(t)]))
+
+
+def test_failed_and_retried_actors_are_billed_but_not_timed():
+    prices = PriceTable.load()
+    ok = {"requested_at": 100.0, "started_at": 100.0, "startup_s": 0.1, "weight_load_s": 0.1,
+          "sampling_s": 0.8, "sampled_at": 101.0, "failed_attempts_billed_s": 2.0, "attempts": 2.0}
+    out = round_metrics([batch(ok)], learner_s=3.0, wall_s=9.0, prices=prices,
+                        failed_billed_s=[5.0, 1.5])
+    assert out["sched/actors"] == 3.0 and out["rollout/batches"] == 1.0
+    assert out["rollout/actor_failures"] == 2.0 and out["rollout/actor_retries"] == 1.0
+    assert out["time/round_s"] == pytest.approx(3.0 + 1.0)  # failures are not durations
+    assert out["cost/round_usd"] == pytest.approx(round_cost(3.0, [1.0, 2.0, 5.0, 1.5], prices))

@@ -1,0 +1,176 @@
+"""Actors as flow runs on a work pool: the `actor` flow (one job) and `actor-server` (warm).
+
+The `work-pool` backend (tasks/workpool.py) starts an `actor` flow run per actor through the
+`actor/minionsrl-actor` deployment, so each actor's infrastructure (a process, an ACI container
+group) is started for it and gone when it returns. With warm actors, long-lived `actor-server`
+flow runs stay up and run each job they are handed as an `actor` subflow: still one flow run per
+actor in the UI, without paying the process/container start.
+
+Storage layout under `prefix` in the storage block (tasks/storage.py):
+    weights/<digest>            the round's weights, written once
+    jobs/<job_id>               {"job": ActorJob without weights, "weights_key", "deadline_at"}
+    started/<job_id>            {"pid", "host", "flow_run_id", "at"} when the actor begins
+    results/<job_id>            ("batch", RolloutBatch) or ("error", message)
+    servers/<id>/ready          {"pid", "host", "flow_run_id", "at"} once a server is up
+    servers/<id>/inbox/<n>      the n-th job id for that server ("" = stop)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import threading
+import time
+import traceback
+from typing import Any
+
+from prefect import flow, get_run_logger
+from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+
+from models.rollout import run_actor
+from tasks.storage import BlockStore
+
+DEADLINE_GRACE_S = 5.0  # an actor past its deadline by this much ends its own process
+
+_stores: dict[str, BlockStore] = {}
+_weights: dict[str, bytes] = {}  # last weights this process read: a warm server reuses them
+
+
+def _store(slug: str) -> BlockStore:
+    if slug not in _stores:
+        _stores[slug] = BlockStore.load(slug)
+    return _stores[slug]
+
+
+def _flow_run_id() -> str | None:
+    from prefect.runtime import flow_run
+
+    return flow_run.id
+
+
+def _marker() -> dict[str, Any]:
+    return {"pid": os.getpid(), "host": socket.gethostname(), "flow_run_id": _flow_run_id(),
+            "at": time.time()}
+
+
+def _watchdog(deadline_at: float | None) -> threading.Timer | None:
+    """Backstop to the backend's cancellation: past its deadline an actor ends its process, so
+    that a lost cancellation never leaves a billed container running."""
+    if deadline_at is None:
+        return None
+    timer = threading.Timer(max(deadline_at + DEADLINE_GRACE_S - time.time(), 0.0), os._exit, (3,))
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+def run_job(store: BlockStore, prefix: str, job_id: str, body_at: float, cold: bool) -> None:
+    """Read the job and its weights, sample, write the batch (or the error) back."""
+    store.put_obj(f"{prefix}/started/{job_id}", _marker())
+    envelope = store.get_obj(f"{prefix}/jobs/{job_id}")
+    if envelope is None:
+        raise RuntimeError(f"job {job_id} not found under {prefix} in {store.slug}")
+    timer = _watchdog(envelope.get("deadline_at"))
+    try:
+        read_at = time.time()
+        key = envelope["weights_key"]
+        weights = _weights.get(key)
+        if weights is None:
+            weights = store.get(f"{prefix}/weights/{key}")
+            if weights is None:
+                raise RuntimeError(f"weights {key} not found under {prefix}")
+            _weights.clear()
+            _weights[key] = weights
+        fetched_at = time.time()
+        job = dataclasses.replace(envelope["job"], weights=weights)
+        batch = run_actor(job)
+        t = batch.timings
+        t["cold_start"] = 1.0 if cold else 0.0
+        t["body_at"] = body_at
+        t["job_read_s"] = read_at - body_at
+        t["weight_transfer_s"] = fetched_at - read_at
+        t["sent_at"] = time.time()
+        store.put_obj(f"{prefix}/results/{job_id}", ("batch", batch))
+    except Exception as exc:
+        store.put_obj(f"{prefix}/results/{job_id}",
+                      ("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+        raise
+    finally:
+        if timer is not None:
+            timer.cancel()
+
+
+@flow(name="actor", flow_run_name="actor-{job_id}", persist_result=False,
+      validate_parameters=False)
+def actor(storage_block: str, prefix: str, job_id: str, server_id: str | None = None) -> None:
+    """One actor: read the job and weights from storage, sample a fragment, write the batch back.
+
+    Args:
+        storage_block: slug of the storage block shared with the backend.
+        prefix: the training run's folder in that block.
+        job_id: the job to run.
+        server_id: the warm server running this actor as a subflow; None for a cold flow run.
+    """
+    run_job(_store(storage_block), prefix, job_id, time.time(), cold=server_id is None)
+
+
+@flow(name="actor-server", flow_run_name="actor-server-{server_id}", persist_result=False,
+      validate_parameters=False)
+def actor_server(storage_block: str, prefix: str, server_id: str, warm_env_id: str | None = None,
+                 idle_timeout_s: float = 600.0, poll_s: float = 0.005, max_poll_s: float = 0.05,
+                 as_subflows: bool = True) -> int:
+    """A warm actor: stays up and runs each job it is handed, until told to stop or idle too long.
+
+    Args:
+        storage_block: slug of the storage block shared with the backend.
+        prefix: the training run's folder in that block.
+        server_id: this server's inbox name.
+        warm_env_id: build this env once at start-up, before saying ready.
+        idle_timeout_s: exit after this long without a job (nothing billed forever if the
+            training run that owns the server is gone).
+        poll_s: inbox poll interval right after a job; it backs off to max_poll_s when idle
+            (raise both for blob stores, where each poll is a request).
+        as_subflows: run each job as an `actor` subflow (one flow run per actor in the UI);
+            False runs jobs inline, saving the subflow's API calls.
+    Returns:
+        the number of jobs served.
+    """
+    logger = get_run_logger()
+    store = _store(storage_block)
+    if warm_env_id:
+        from models.envs import env_spaces
+
+        env_spaces(warm_env_id)
+    inbox = f"{prefix}/servers/{server_id}/inbox"
+    store.put_obj(f"{prefix}/servers/{server_id}/ready", _marker())
+    logger.info("actor server %s ready (pid %d)", server_id, os.getpid())
+    served, seq, delay, idle_since = 0, 0, poll_s, time.monotonic()
+    # Subflows skip heartbeats: each would cost up to 1 s at exit (PLATFORM-NOTES).
+    with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+        while True:
+            data = store.get(f"{inbox}/{seq}")
+            if data is None:
+                if time.monotonic() - idle_since > idle_timeout_s:
+                    logger.info("actor server %s idle for %.0f s: exiting", server_id, idle_timeout_s)
+                    break
+                time.sleep(delay)
+                delay = min(delay * 1.5, max_poll_s)
+                continue
+            store.delete(f"{inbox}/{seq}")
+            seq += 1
+            job_id = data.decode()
+            if not job_id:
+                break
+            body_at = time.time()
+            try:
+                if as_subflows:
+                    actor(storage_block, prefix, job_id, server_id=server_id)
+                else:
+                    run_job(store, prefix, job_id, body_at, cold=False)
+            except Exception as exc:  # written to results/ already; the server stays up
+                logger.warning("actor %s failed: %s", job_id, exc)
+            served += 1
+            delay, idle_since = poll_s, time.monotonic()
+    store.delete(f"{prefix}/servers/{server_id}/ready")
+    return served
