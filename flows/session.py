@@ -80,10 +80,12 @@ class TrainingSession:
     def jobs(self, actors: int, weights: bytes) -> list[ActorJob]:
         cfg = self.cfg
         now = time.time()
+        norm = self.learner.norm_state()
         return [ActorJob(env_id=cfg.env_id, round_index=self.round_index, actor_index=i,
                          seed=actor_seed(cfg.seed, self.round_index, i, cfg.i_max),
                          steps_per_env=cfg.steps_per_env, envs_per_actor=cfg.envs_per_actor,
-                         hidden=cfg.ppo.hidden, weights=weights, requested_at=now)
+                         hidden=cfg.ppo.hidden, weights=weights, requested_at=now,
+                         norm=norm)
                 for i in range(actors)]
 
     # -- after a round -------------------------------------------------------------------

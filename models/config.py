@@ -43,7 +43,11 @@ class PPOConfig:
     norm_adv: bool = True
     """Normalise advantages per minibatch."""
     hidden: tuple[int, ...] = (64, 64)
-    """Hidden layer widths of the policy and value MLPs."""
+    """Hidden layer widths of the policy and value MLPs (ignored by the Atari CNN)."""
+    normalize_obs: bool = False
+    """Normalise observations with running statistics merged across actors (MuJoCo)."""
+    normalize_reward: bool = False
+    """Scale rewards by the running std of the discounted return, merged across actors."""
 
     def validate(self) -> None:
         _check(self.learning_rate > 0, "ppo.learning_rate must be > 0")

@@ -30,8 +30,14 @@ def _register_optional_envs() -> None:
         pass
 
 
-def make_env(env_id: str) -> gym.Env:
+def make_env(env_id: str, training: bool = True) -> gym.Env:
+    """The env as actors use it: Atari ids get DeepMind preprocessing (models/atari.py), with
+    episodic life and reward clipping only when training."""
     _register_optional_envs()
+    from models.atari import is_atari, make_atari_env
+
+    if is_atari(env_id):
+        return make_atari_env(env_id, training=training)
     return gym.make(env_id)
 
 
@@ -70,9 +76,14 @@ class EnvBatch:
     transition, and subprocess vector envs were measured far slower on one core.
     """
 
-    def __init__(self, env_id: str, num_envs: int, seed: int):
-        self.envs = [make_env(env_id) for _ in range(num_envs)]
+    def __init__(self, env_id: str, num_envs: int, seed: int, training: bool = True):
+        self.envs = [make_env(env_id, training) for _ in range(num_envs)]
         self.spaces = spaces_of(self.envs[0])
+        from models.atari import is_atari
+
+        # Atari: a training episode ends at a lost life and its rewards are clipped; the
+        # return that counts is the real game's score, reported when the game ends.
+        self.game_scores = is_atari(env_id)
         self.num_envs = num_envs
         first = [env.reset(seed=seed + i)[0] for i, env in enumerate(self.envs)]
         self.obs = np.stack(first)
@@ -93,20 +104,29 @@ class EnvBatch:
         terminated = np.empty(n, dtype=bool)
         truncated = np.empty(n, dtype=bool)
         final_obs: dict[int, np.ndarray] = {}
+        sp = self.spaces
+        if not sp.discrete:  # the stored action stays unclipped; the env gets a valid one
+            actions = np.clip(actions, sp.action_low, sp.action_high)
         for i, env in enumerate(self.envs):
-            obs, reward, term, trunc, _ = env.step(actions[i])
+            obs, reward, term, trunc, info = env.step(actions[i])
             rewards[i], terminated[i], truncated[i] = reward, term, trunc
             self.episode_return[i] += reward
             self.episode_length[i] += 1
             if term or trunc:
                 final_obs[i] = obs
-                self.completed_returns.append(float(self.episode_return[i]))
-                self.completed_lengths.append(int(self.episode_length[i]))
-                self.episode_return[i] = 0.0
-                self.episode_length[i] = 0
+                if not self.game_scores:
+                    self._complete(i, float(self.episode_return[i]), int(self.episode_length[i]))
+                elif "game_score" in info:
+                    self._complete(i, float(info["game_score"]), int(info["game_length"]))
                 obs, _ = env.reset()
             self.obs[i] = obs
         return self.obs, rewards, terminated, truncated, final_obs
+
+    def _complete(self, i: int, episode_return: float, length: int) -> None:
+        self.completed_returns.append(episode_return)
+        self.completed_lengths.append(length)
+        self.episode_return[i] = 0.0
+        self.episode_length[i] = 0
 
     def close(self) -> None:
         for env in self.envs:

@@ -11,6 +11,7 @@ import torch
 from models.config import PPOConfig
 from models.envs import EnvSpaces
 from models.gae import compute_gae, next_values_for
+from models.normalization import RunningMeanStd, merge_base_and_deltas
 from models.policy import ActorCritic, weights_to_bytes
 from models.rollout import RolloutBatch
 
@@ -84,9 +85,27 @@ class Learner:
         self.max_rounds = max_rounds
         self.generator = torch.Generator().manual_seed(seed)
         self.updates = 0
+        self.obs_rms = RunningMeanStd(spaces.obs_shape) if cfg.normalize_obs else None
+        self.ret_rms = RunningMeanStd(()) if cfg.normalize_reward else None
 
     def weights(self) -> bytes:
         return weights_to_bytes(self.policy)
+
+    def norm_state(self) -> dict | None:
+        """Normaliser statistics that travel to actors with the weights (None: no normalising)."""
+        if self.obs_rms is None and self.ret_rms is None:
+            return None
+        return {"obs": self.obs_rms.state_dict() if self.obs_rms else None,
+                "reward": self.ret_rms.state_dict() if self.ret_rms else None,
+                "gamma": self.cfg.gamma}
+
+    def _merge_norm_deltas(self, batches: list[RolloutBatch]) -> None:
+        """Exact merge: shipped base + each actor's own fragment statistics (never the base twice)."""
+        if self.obs_rms is not None:
+            self.obs_rms = merge_base_and_deltas(self.obs_rms, [b.norm_deltas["obs"] for b in batches])
+        if self.ret_rms is not None:
+            self.ret_rms = merge_base_and_deltas(self.ret_rms,
+                                                 [b.norm_deltas["reward"] for b in batches])
 
     # -- advantage phase -----------------------------------------------------------------
     @torch.no_grad()
@@ -108,7 +127,8 @@ class Learner:
         t_len, n_envs = obs.shape[:2]
 
         all_obs = np.concatenate([obs.reshape(t_len * n_envs, *obs.shape[2:]), last_obs, trunc_obs])
-        all_values = self.policy.value(self._tensor(all_obs)).cpu().numpy().astype(np.float64)
+        obs_tensor = self._obs_tensor(all_obs)
+        all_values = self._values(obs_tensor).cpu().numpy().astype(np.float64)
         values = all_values[: t_len * n_envs].reshape(t_len, n_envs)
         last_values = all_values[t_len * n_envs: t_len * n_envs + n_envs]
         trunc_values = all_values[t_len * n_envs + n_envs:]
@@ -123,7 +143,7 @@ class Learner:
         logp = np.concatenate([b.logp for b in batches], axis=1)
         flat = t_len * n_envs
         return LearnerBatch(
-            obs=self._tensor(all_obs[:flat]),
+            obs=obs_tensor[:flat],
             actions=torch.as_tensor(actions.reshape(flat, *actions.shape[2:]), device=self.device),
             logp=self._tensor(logp.reshape(flat)),
             values=self._tensor(values.reshape(flat)),
@@ -133,6 +153,15 @@ class Learner:
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(array, dtype=torch.float32, device=self.device)
+
+    def _obs_tensor(self, array: np.ndarray) -> torch.Tensor:
+        if array.dtype == np.uint8:  # Atari frames travel and stay at one byte per pixel
+            return torch.as_tensor(array, device=self.device)
+        return self._tensor(array)
+
+    def _values(self, obs: torch.Tensor, chunk: int = 4096) -> torch.Tensor:
+        """V(obs) in chunks, so a round of Atari frames never becomes one huge float batch."""
+        return torch.cat([self.policy.value(obs[i:i + chunk]) for i in range(0, len(obs), chunk)])
 
     # -- optimisation phase --------------------------------------------------------------
     def update(self, batches: list[RolloutBatch], round_index: int = 0) -> dict[str, float]:
@@ -144,6 +173,7 @@ class Learner:
             for group in self.optimizer.param_groups:
                 group["lr"] = frac * cfg.learning_rate
         data = self.prepare(batches)
+        self._merge_norm_deltas(batches)
         n = len(data)
         mb = min(cfg.minibatch_size, n)
         sums = {"loss": 0.0, "policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0,
@@ -181,7 +211,9 @@ class Learner:
     @torch.no_grad()
     def _after_update_stats(self, data: LearnerBatch) -> dict[str, float]:
         """KL between the policy that sampled this round and the new one, and value fit."""
-        new_logp, _, new_values = self.policy.evaluate(data.obs, data.actions)
+        chunk = 4096
+        new_logp = torch.cat([self.policy.evaluate(data.obs[i:i + chunk], data.actions[i:i + chunk])[0]
+                              for i in range(0, len(data), chunk)])
         log_ratio = new_logp - data.logp
         kl = ((log_ratio.exp() - 1) - log_ratio).mean()
         var_returns = data.returns.var()
@@ -191,10 +223,16 @@ class Learner:
     # -- checkpointing -------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "generator": self.generator.get_state(), "updates": self.updates}
+                "generator": self.generator.get_state(), "updates": self.updates,
+                "norm": self.norm_state()}
 
     def load_state_dict(self, state: dict) -> None:
         self.policy.load_state_dict(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.generator.set_state(state["generator"])
         self.updates = state["updates"]
+        norm = state.get("norm") or {}
+        if norm.get("obs") is not None:
+            self.obs_rms = RunningMeanStd.from_state_dict(norm["obs"])
+        if norm.get("reward") is not None:
+            self.ret_rms = RunningMeanStd.from_state_dict(norm["reward"])

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from models.envs import EnvBatch, env_spaces
+from models.normalization import ObservationNormalizer, RewardScaler
 from models.policy import ActorCritic, weights_from_bytes
 
 
@@ -30,6 +31,7 @@ class ActorJob:
     hidden: tuple[int, ...]
     weights: bytes
     requested_at: float = 0.0  # wall clock when the flow asked for this actor
+    norm: dict | None = None  # shipped normaliser statistics: {"obs": ..., "reward": ..., "gamma": ...}
 
 
 @dataclass
@@ -49,6 +51,7 @@ class RolloutBatch:
     episode_lengths: list[int]
     actor_index: int = 0
     timings: dict[str, float] = field(default_factory=dict)
+    norm_deltas: dict[str, dict] = field(default_factory=dict)  # this fragment's statistics
 
     @property
     def steps(self) -> int:
@@ -57,8 +60,9 @@ class RolloutBatch:
 
 @functools.cache
 def _policy_for(env_id: str, hidden: tuple[int, ...]) -> ActorCritic:
-    # Built once per process: a warm worker keeps its module and only loads new weights.
-    return ActorCritic(env_spaces(env_id), hidden)
+    # Built once per process: a warm worker keeps its module and only loads new weights, so
+    # the (slow, for the CNN) weight initialisation is skipped.
+    return ActorCritic(env_spaces(env_id), hidden, init_weights=False)
 
 
 def run_actor(job: ActorJob) -> RolloutBatch:
@@ -70,7 +74,7 @@ def run_actor(job: ActorJob) -> RolloutBatch:
     t_ready = time.time()
     weights_from_bytes(policy, job.weights)
     t_loaded = time.time()
-    batch = sample_fragment(policy.sampler(job.seed), envs, job.steps_per_env)
+    batch = sample_fragment(policy.sampler(job.seed), envs, job.steps_per_env, job.norm)
     envs.close()
     t_sampled = time.time()
     batch.actor_index = job.actor_index
@@ -86,14 +90,22 @@ def run_actor(job: ActorJob) -> RolloutBatch:
 
 
 def sample_fragment(act: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]], envs: EnvBatch,
-                    steps: int) -> RolloutBatch:
+                    steps: int, norm: dict | None = None) -> RolloutBatch:
     """The hot loop: preallocated buffers, one batched policy call per step.
 
-    act maps a batch of observations to (actions, log-probs).
+    act maps a batch of observations to (actions, log-probs). With `norm`, observations are
+    normalised (and rewards scaled) with the shipped statistics updated live, as the policy sees
+    them; the fragment's own statistics come back in `norm_deltas` for the learner to merge.
     """
     n = envs.num_envs
     sp = envs.spaces
-    obs_buf = np.empty((steps, n, *sp.obs_shape), dtype=sp.obs_dtype)
+    obs_norm = rew_scale = None
+    if norm and norm.get("obs") is not None:
+        obs_norm = ObservationNormalizer(sp.obs_shape, norm["obs"])
+    if norm and norm.get("reward") is not None:
+        rew_scale = RewardScaler(n, norm["gamma"], norm["reward"])
+    obs_dtype = np.float32 if obs_norm else sp.obs_dtype
+    obs_buf = np.empty((steps, n, *sp.obs_shape), dtype=obs_dtype)
     act_shape = () if sp.discrete else (sp.n_actions,)
     act_buf = np.empty((steps, n, *act_shape), dtype=np.int64 if sp.discrete else np.float32)
     logp_buf = np.empty((steps, n), dtype=np.float32)
@@ -104,17 +116,19 @@ def sample_fragment(act: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]], 
     trunc_obs: list[np.ndarray] = []
     first_return = len(envs.completed_returns)
 
-    obs = envs.obs
+    obs = obs_norm(envs.obs) if obs_norm else envs.obs
     for t in range(steps):
         obs_buf[t] = obs
         actions, logp = act(obs)
         act_buf[t] = actions
         logp_buf[t] = logp
-        obs, rew_buf[t], term_buf[t], trunc_buf[t], final_obs = envs.step(actions)
+        raw_obs, rewards, term_buf[t], trunc_buf[t], final_obs = envs.step(actions)
+        rew_buf[t] = rew_scale(rewards, term_buf[t] | trunc_buf[t]) if rew_scale else rewards
         for i, last in final_obs.items():
             if trunc_buf[t, i] and not term_buf[t, i]:
                 trunc_index.append((t, i))
-                trunc_obs.append(last)
+                trunc_obs.append(obs_norm(last[None], update=False)[0] if obs_norm else last)
+        obs = obs_norm(raw_obs) if obs_norm else raw_obs
 
     return RolloutBatch(
         obs=obs_buf,
@@ -125,8 +139,10 @@ def sample_fragment(act: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]], 
         truncated=trunc_buf & ~term_buf,
         trunc_index=np.asarray(trunc_index, dtype=np.int64).reshape(-1, 2),
         trunc_obs=(np.stack(trunc_obs) if trunc_obs
-                   else np.empty((0, *sp.obs_shape), dtype=sp.obs_dtype)),
-        last_obs=obs.copy(),
+                   else np.empty((0, *sp.obs_shape), dtype=obs_dtype)),
+        last_obs=np.array(obs, copy=True),
         episode_returns=envs.completed_returns[first_return:],
         episode_lengths=envs.completed_lengths[first_return:],
+        norm_deltas={key: stats.delta.state_dict()
+                     for key, stats in (("obs", obs_norm), ("reward", rew_scale)) if stats},
     )

@@ -194,6 +194,22 @@ def episode_rewards(round_times: Sequence[float], decisions: int, *, target_reac
     return rewards
 
 
+def rewards_from_summary(summary: dict[str, Any], beta: float = 0.1) -> np.ndarray:
+    """The rewards of one episode from a `train` summary whose scheduler was learned.
+
+    Uses the summary's per-round history (time/round_s = P_k), stop reason, best return, and
+    the scheduler trace (its decisions and the run's J).
+    """
+    trace = summary.get("scheduler_trace")
+    if not trace or "steps" not in trace:
+        raise ValueError("the run's summary has no learned-scheduler trace")
+    return episode_rewards([h["time/round_s"] for h in summary["history"]], len(trace["steps"]),
+                           target_reached=bool(summary["target_reached"]),
+                           budget_spent=summary["stop_reason"] == STOP_BUDGET,
+                           best_return=summary["best_return"],
+                           target_return=trace["target_return"], beta=beta)
+
+
 # -- 3. the agent ----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -554,21 +570,27 @@ def shipped_checkpoint(name: str = SHIPPED) -> Path:
     return path
 
 
-def resolve_checkpoint(ref: str) -> Path:
+def resolve_checkpoint(ref: str, tracking_uri: str | None = None) -> Path:
     """A scheduler checkpoint path from a file path, a packaged name or an MLflow URI.
 
     MLflow URIs (runs:/<id>/scheduler/scheduler.pt, models:/..., mlflow-artifacts:/...,
-    file://...) are downloaded with mlflow.artifacts.download_artifacts against the current
-    MLFLOW_TRACKING_URI.
+    file://...) are downloaded with mlflow.artifacts.download_artifacts from `tracking_uri`,
+    else MLFLOW_TRACKING_URI, else the project's default store (./mlruns/mlflow.db, as
+    flows/tracking.py uses) when it exists.
     """
     ref = ref.strip()
     if ref in ("", SHIPPED):
         return shipped_checkpoint(SHIPPED)
     if "://" in ref or ref.startswith(("runs:/", "models:/")):
+        import os
+
         import mlflow.artifacts
 
+        if tracking_uri is None and not os.environ.get("MLFLOW_TRACKING_URI"):
+            store = Path(__file__).resolve().parents[1] / "mlruns" / "mlflow.db"
+            tracking_uri = f"sqlite:///{store}" if store.exists() else None
         try:
-            local = Path(mlflow.artifacts.download_artifacts(artifact_uri=ref))
+            local = Path(mlflow.artifacts.download_artifacts(artifact_uri=ref, tracking_uri=tracking_uri))
         except Exception as exc:  # MlflowException, OSError: say which URI failed
             raise ConfigError(f"cannot download scheduler checkpoint {ref!r}: {exc}") from exc
         if local.is_dir():

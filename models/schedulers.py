@@ -135,7 +135,13 @@ def make_scheduler(spec: str, i_max: int, max_rounds: int, target_return: float,
     """Parse 'fixed:N', 'max', 'adapt', 'increase:N[:step[:every]]', 'decrease:N[:step[:every]]'.
 
     budget_usd and seed are for schedulers that need them (the learned scheduler).
+    'learned[:<path or MLflow URI>][:sample]' loads a trained scheduler (models/scheduler_agent.py);
+    without a path, the packaged CartPole-v1 one. Its path keeps its case and colons.
     """
+    if spec.strip().lower().split(":")[0] == "learned":
+        from models.scheduler_agent import make_learned_scheduler
+
+        return make_learned_scheduler(spec, i_max, max_rounds, target_return, budget_usd, seed)
     name, *args = spec.strip().lower().split(":")
     try:
         numbers = [int(a) for a in args]
@@ -151,5 +157,5 @@ def make_scheduler(spec: str, i_max: int, max_rounds: int, target_return: float,
         direction = 1 if name == "increase" else -1
         return Ramp(numbers[0], i_max, max_rounds, direction, *numbers[1:])
     raise ConfigError(
-        f"unknown scheduler {spec!r}; use fixed:N, max, adapt, increase:N[:step[:every]] "
-        "or decrease:N[:step[:every]]")
+        f"unknown scheduler {spec!r}; use fixed:N, max, adapt, increase:N[:step[:every]], "
+        "decrease:N[:step[:every]] or learned[:<path or MLflow URI>][:sample]")
