@@ -12,7 +12,6 @@ from models.config import ConfigError, PPOConfig, RunConfig
 from models.envs import check_env_id
 from models.schedulers import make_scheduler
 
-
 DEFAULT_ACTOR_TIMEOUT_S = 300.0  # a lost actor must not stall a round for ever
 
 

@@ -1,53 +1,246 @@
 """Warm actor processes on this machine: one core and one torch thread each.
 
-Kept apart from Prefect on purpose: the worker processes import only models/, so none of them
-starts a Prefect client or a temporary API server of its own.
+Kept apart from Prefect on purpose: the worker processes import only models/ (and this module),
+so none of them starts a Prefect client or a temporary API server of its own.
+
+Why not concurrent.futures.ProcessPoolExecutor: when one of its workers dies (SIGKILL, OOM),
+the executor marks itself broken and fails every pending and future job, and it has no way to
+stop one running job. A timed-out or lost actor must cost only its own batch, so each worker
+here is a process with its own pipe: the pool can kill exactly the worker that overran, start
+a replacement, and leave the others sampling.
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
+import threading
 import time
-from concurrent.futures import Future, ProcessPoolExecutor
+import traceback
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
 
-from models.rollout import ActorJob, RolloutBatch, run_actor
+from models.rollout import ActorJob, RolloutBatch
+from tasks.errors import ActorError
+
+_READY, _BATCH, _ERROR = "ready", "batch", "error"
 
 
-def _init_worker(env_id: str | None) -> None:
+def _worker_main(conn: Connection, warm_env_id: str | None) -> None:
+    """A worker's life: import, pre-warm, say ready, then serve jobs until told to stop."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
 
+    from models.rollout import run_actor
+
     torch.set_num_threads(1)
-    if env_id:  # pre-warm: import the env's modules and build it once
+    if warm_env_id:  # pre-warm: import the env's modules and build it once
         from models.envs import env_spaces
 
-        env_spaces(env_id)
+        env_spaces(warm_env_id)
+    conn.send((_READY, time.time()))
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, OSError):
+            return
+        if job is None:
+            return
+        try:
+            batch = run_actor(job)
+        except Exception as exc:  # the actor failed, the process is fine: report and go on
+            conn.send((_ERROR, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+            continue
+        batch.timings["sent_at"] = time.time()
+        conn.send((_BATCH, batch))
 
 
-def _run(job: ActorJob) -> RolloutBatch:
-    batch = run_actor(job)
-    batch.timings["sent_at"] = time.time()
-    return batch
+@dataclass(eq=False)
+class _Worker:
+    process: multiprocessing.process.BaseProcess
+    conn: Connection
+    spawned_at: float
+    ready_at: float | None = None
+    jobs: int = 0
+
+    def poll_ready(self) -> bool:
+        """Consume the READY message if it has arrived (non-blocking)."""
+        if self.ready_at is None:
+            with contextlib.suppress(EOFError, OSError):
+                if self.conn.poll():
+                    kind, payload = self.conn.recv()
+                    if kind == _READY:
+                        self.ready_at = payload
+        return self.ready_at is not None
 
 
 class LocalActorPool:
-    """A pool of warm worker processes; `submit` hands one actor's job to a free core."""
+    """A pool of warm worker processes; `run` hands one actor's job to a free core and waits.
 
-    def __init__(self, workers: int | None = None, warm_env_id: str | None = None):
+    workers: processes (one core each); default one per core.
+    warm_env_id: build this env once in each worker at start-up.
+    prewarm: start the processes now and wait until they are ready, so that the first round's
+        actors start warm. Without it, workers boot on first use and those actors count as cold.
+    """
+
+    def __init__(self, workers: int | None = None, warm_env_id: str | None = None,
+                 prewarm: bool = True, ready_timeout_s: float = 180.0):
         self.workers = workers or max(os.cpu_count() or 1, 1)
-        context = multiprocessing.get_context("spawn")  # safe beside Prefect's threads
-        self._executor = ProcessPoolExecutor(self.workers, mp_context=context,
-                                             initializer=_init_worker, initargs=(warm_env_id,))
-        if warm_env_id:  # start the processes now, not inside the first round
-            for f in [self._executor.submit(os.getpid) for _ in range(self.workers)]:
-                f.result()
+        self.warm_env_id = warm_env_id
+        self._ctx = multiprocessing.get_context("spawn")  # safe beside Prefect's threads
+        self._lock = threading.Condition()
+        self._idle: list[_Worker] = []
+        self._busy: dict[_Worker, int] = {}  # worker -> actor index it is running
+        self._closed = False
+        for _ in range(self.workers):
+            self._idle.append(self._spawn())
+        if prewarm:
+            deadline = time.monotonic() + ready_timeout_s
+            for worker in list(self._idle):
+                left = deadline - time.monotonic()
+                if not wait([worker.conn, worker.process.sentinel], max(left, 0)) or not worker.poll_ready():
+                    self.close()
+                    raise RuntimeError(f"actor worker {worker.process.pid} not ready after "
+                                       f"{ready_timeout_s:.0f} s (exit code {worker.process.exitcode})")
 
-    def submit(self, job: ActorJob) -> Future[RolloutBatch]:
-        return self._executor.submit(_run, job)
+    # -- workers -------------------------------------------------------------------------
+    def _spawn(self) -> _Worker:
+        parent, child = self._ctx.Pipe(duplex=True)
+        process = self._ctx.Process(target=_worker_main, args=(child, self.warm_env_id),
+                                    name="minionsrl-actor", daemon=True)
+        spawned_at = time.time()
+        process.start()
+        child.close()  # the parent keeps only its end: the worker's death then reads as EOF
+        return _Worker(process, parent, spawned_at)
+
+    @staticmethod
+    def _kill(worker: _Worker) -> None:
+        if worker.process.is_alive():
+            worker.process.kill()
+        worker.process.join(timeout=10)
+        with contextlib.suppress(OSError):
+            worker.conn.close()
+
+    def _retire(self, worker: _Worker) -> None:
+        """Kill a worker that overran or died and put a fresh process in its place."""
+        self._kill(worker)
+        with self._lock:
+            self._busy.pop(worker, None)
+            if not self._closed:
+                self._idle.append(self._spawn())
+                self._lock.notify()
+
+    def _acquire(self, actor_index: int) -> _Worker:
+        """Take an idle worker, preferring one that is already booted; wait if all are busy."""
+        with self._lock:
+            while True:
+                if self._closed:
+                    raise ActorError("actor pool is closed")
+                for worker in list(self._idle):
+                    if not worker.process.is_alive():  # died while idle: replace it
+                        self._idle.remove(worker)
+                        self._kill(worker)
+                        self._idle.append(self._spawn())
+                if self._idle:
+                    ready = [w for w in self._idle if w.poll_ready()]
+                    worker = (ready or self._idle)[0]
+                    self._idle.remove(worker)
+                    self._busy[worker] = actor_index
+                    return worker
+                self._lock.wait()
+
+    def _release(self, worker: _Worker) -> None:
+        with self._lock:
+            self._busy.pop(worker, None)
+            if self._closed:
+                self._kill(worker)
+            else:
+                self._idle.append(worker)
+                self._lock.notify()
+
+    # -- jobs ----------------------------------------------------------------------------
+    def run(self, job: ActorJob, timeout_s: float | None = None) -> RolloutBatch:
+        """Run one actor on a free worker; raise ActorError if it dies, errs or overruns.
+
+        The timeout counts from the hand-off to a worker: waiting for a free core (when there
+        are more actors than workers) is not the actor's fault. A worker that overruns is
+        killed (SIGKILL) and replaced; the other workers keep sampling.
+        """
+        worker = self._acquire(job.actor_index)
+        handed_at = time.time()
+        cold = worker.ready_at is None
+        try:
+            worker.conn.send(job)
+        except (OSError, ValueError) as exc:
+            self._retire(worker)
+            raise ActorError(f"actor worker {worker.process.pid} was gone before the job "
+                               f"reached it ({exc})") from None
+        deadline = None if timeout_s is None else handed_at + timeout_s
+        while True:
+            remaining = None if deadline is None else deadline - time.time()
+            if remaining is not None and remaining <= 0:
+                pid = worker.process.pid
+                self._retire(worker)
+                raise ActorError(f"actor r{job.round_index}-a{job.actor_index} ran past its "
+                                   f"{timeout_s:.1f} s timeout; worker {pid} killed",
+                                   billed_s=time.time() - handed_at, timed_out=True)
+            ready = wait([worker.conn, worker.process.sentinel], remaining)
+            if not ready:
+                continue
+            try:
+                if worker.conn in ready or worker.conn.poll():
+                    kind, payload = worker.conn.recv()
+                else:
+                    raise EOFError
+            except (EOFError, OSError):
+                pid = worker.process.pid
+                worker.process.join(timeout=5)
+                code = worker.process.exitcode
+                self._retire(worker)
+                raise ActorError(f"actor r{job.round_index}-a{job.actor_index}: worker {pid} "
+                                   f"died (exit code {code})",
+                                   billed_s=time.time() - handed_at) from None
+            if kind == _READY:
+                worker.ready_at = payload
+                continue
+            worker.jobs += 1
+            self._release(worker)
+            if kind == _ERROR:
+                raise ActorError(f"actor r{job.round_index}-a{job.actor_index} failed: {payload}",
+                                   billed_s=time.time() - handed_at)
+            batch: RolloutBatch = payload
+            batch.timings["cold_start"] = 1.0 if cold else 0.0
+            if cold:  # the process booted while this job waited: that is start-up, not queueing
+                batch.timings["boot_s"] = max(batch.timings["started_at"] - handed_at, 0.0)
+                batch.timings["startup_s"] += batch.timings["boot_s"]
+                batch.timings["started_at"] = handed_at
+            return batch
+
+    def busy(self) -> dict[int, int]:
+        """actor index -> pid of the worker process running it (for operators and tests)."""
+        with self._lock:
+            return {index: w.process.pid for w, index in self._busy.items()}
+
+    def pids(self) -> list[int]:
+        with self._lock:
+            return [w.process.pid for w in [*self._idle, *self._busy]]
 
     def close(self) -> None:
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            idle, busy = list(self._idle), list(self._busy)
+            self._idle.clear()
+            self._lock.notify_all()
+        for worker in idle:
+            with contextlib.suppress(OSError, ValueError):
+                worker.conn.send(None)
+        for worker in idle:
+            worker.process.join(timeout=5)
+        for worker in idle + busy:  # busy ones are killed: close() means stop now
+            self._kill(worker)
 
     def __enter__(self) -> LocalActorPool:
         return self
