@@ -142,6 +142,12 @@ class TrainingSession:
         }
 
     # -- checkpoints ---------------------------------------------------------------------
+    def policy_artifact(self) -> dict[str, Any]:
+        """What a user needs to run the trained policy: weights, spaces and normaliser stats."""
+        return {"env_id": self.cfg.env_id, "hidden": self.cfg.ppo.hidden,
+                "policy": {k: v.cpu() for k, v in self.learner.policy.state_dict().items()},
+                "norm": self.learner.norm_state()}
+
     def save(self, path: str | Path) -> Path:
         return save_checkpoint(path, {
             "config": dataclasses.asdict(self.cfg),

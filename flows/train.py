@@ -29,12 +29,13 @@ from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
 from flows.local_api import prefect_api  # noqa: E402
 from flows.session import STOP_BUDGET, TrainingSession  # noqa: E402
 from flows.tracking import RunTracker, project_root  # noqa: E402
+from models.checkpoint import save_checkpoint  # noqa: E402
+from models.config import ConfigError  # noqa: E402
 from models.cost import PriceTable  # noqa: E402
-from models.policy import weights_to_bytes  # noqa: E402
 from models.presets import resolve_run_config  # noqa: E402
 from models.rollout import RolloutBatch  # noqa: E402
 from tasks.backends import BACKENDS, ActorBackend, make_backend  # noqa: E402
-from tasks.rounds import ActorFailure, rollout, schedule, update  # noqa: E402
+from tasks.rounds import ActorFailure, evaluate, rollout, schedule, update  # noqa: E402
 
 
 class RoundFailedError(RuntimeError):
@@ -99,6 +100,8 @@ def train(
     actor_timeout_s: float | None = None,
     actor_retries: int = 1,
     quorum: float = 0.75,
+    eval_every: int = 0,
+    eval_episodes: int = 5,
 ) -> dict[str, Any]:
     """Train PPO on `env` with per-round actor counts chosen by `scheduler`.
 
@@ -125,7 +128,12 @@ def train(
         actor_timeout_s: an actor running longer is killed and retried (default 300 s).
         actor_retries: extra attempts for a crashed or timed-out actor.
         quorum: fraction of a round's actors whose batches must arrive for the round to go on.
+        eval_every: every this many rounds (and at the end), evaluate the policy's deterministic
+            actions on whole episodes, logged as eval/...; 0 turns it off.
+        eval_episodes: episodes per evaluation.
     """
+    if eval_every < 0 or eval_episodes < 1:
+        raise ConfigError("eval_every must be >= 0 and eval_episodes >= 1")
     cfg = resolve_run_config(env, backends=BACKENDS, scheduler=scheduler,
                              target_return=target_return, budget_usd=budget_usd,
                              max_rounds=max_rounds, i_max=i_max, fragment=fragment,
@@ -170,13 +178,14 @@ def train(
                 batches, failed_billed_s, stats = run_round(round_index=k, actors=actors)
                 metrics = session.record(batches, stats, time.perf_counter() - started,
                                          failed_billed_s)
+                if eval_every and (session.round_index % eval_every == 0 or session.stop_reason):
+                    metrics.update(evaluate(session, eval_episodes))
                 tracker.log_metrics(metrics, step=k)
                 session.save(ckpt_path)
                 logger.info("round %d: %d actors, return %.1f, P_k %.2fs, wall %.2fs, $%.6f",
                             k, actors, metrics["rollout/ep_return_mean"], metrics["time/round_s"],
                             metrics["time/round_wall_s"], metrics["cost/round_usd"])
-        final = ckpt_path.with_name("final_policy.pt")
-        final.write_bytes(weights_to_bytes(session.learner.policy))
+        final = save_checkpoint(ckpt_path.with_name("final_policy.pt"), session.policy_artifact())
         tracker.log_artifact(final, "policy")
         summary = session.summary()
         tracker.set_tags({"minionsrl.stop_reason": str(session.stop_reason)})

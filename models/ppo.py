@@ -91,6 +91,14 @@ class Learner:
     def weights(self) -> bytes:
         return weights_to_bytes(self.policy)
 
+    def policy_on_cpu(self) -> ActorCritic:
+        """The policy for acting in this process (a CPU copy when learning on a GPU)."""
+        if self.device.type == "cpu":
+            return self.policy
+        copy = ActorCritic(self.policy.spaces, self.policy.hidden, init_weights=False)
+        copy.load_state_dict({k: v.cpu() for k, v in self.policy.state_dict().items()})
+        return copy
+
     def norm_state(self) -> dict | None:
         """Normaliser statistics that travel to actors with the weights (None: no normalising)."""
         if self.obs_rms is None and self.ret_rms is None:

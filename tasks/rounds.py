@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
+from models.evaluation import evaluate_policy
 from models.ppo import Learner
 from models.rollout import ActorJob, RolloutBatch
 from models.schedulers import RoundState, Scheduler
@@ -58,6 +59,14 @@ def rollout(backend: ActorBackend, job: ActorJob, timeout_s: float | None = None
         batch.timings["attempts"] = float(attempt)
         return batch
     return ActorFailure(job.actor_index, retries + 1, billed, timed_out, error)
+
+
+@task(name="evaluate", task_run_name="evaluate-r{session.round_index}", **_FAST)
+def evaluate(session, episodes: int) -> dict[str, float]:
+    """Deterministic evaluation of the current policy on whole episodes (logged as eval/...)."""
+    learner = session.learner
+    return evaluate_policy(learner.policy_on_cpu(), session.cfg.env_id, episodes,
+                           seed=10_000 + session.round_index, obs_rms=learner.obs_rms)
 
 
 @task(name="update", task_run_name="update-r{round_index}", **_FAST)

@@ -1,0 +1,330 @@
+"""Training the learned actor scheduler: the `train-scheduler` and `finetune-scheduler` flows.
+
+One scheduler episode is one complete `train` run of the workload with the learned scheduler
+sampling its actor counts (SPEC §4). Per batch of episodes:
+
+1. write the scheduler checkpoint to a file (the episodes load it: 'learned:<file>:sample');
+2. run the batch's episodes, `concurrency` at a time, each a nested `train` flow run and a
+   nested MLflow run under this flow's parent run;
+3. compute each episode's rewards from its summary and run one PPO update;
+4. save the checkpoint and log it as the parent run's artifact scheduler/scheduler.pt, so a
+   crashed scheduler training resumes from the last update (resume_run_id).
+
+    python -m flows.scheduler_flows train --env CartPole-v1 --episodes 60 --out sched.pt
+    python -m flows.scheduler_flows finetune --source cartpole --env Acrobot-v1 --episodes 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+
+import numpy as np  # noqa: E402
+from prefect import flow, get_run_logger, task  # noqa: E402
+from prefect.cache_policies import NO_CACHE  # noqa: E402
+from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
+
+from flows.local_api import prefect_api  # noqa: E402
+from flows.tracking import RunTracker, project_root  # noqa: E402
+from flows.train import train  # noqa: E402
+from models.config import ConfigError  # noqa: E402
+from models.scheduler_agent import (  # noqa: E402
+    AgentConfig,
+    Episode,
+    SchedulerAgent,
+    load_scheduler,
+    resolve_checkpoint,
+    rewards_from_summary,
+    save_scheduler,
+)
+
+ARTIFACT_DIR = "scheduler"
+ARTIFACT_NAME = "scheduler.pt"
+MAX_CONCURRENCY = 16
+
+
+def _not_a_config_error(task, task_run, state) -> bool:
+    """Retry an episode that failed for a transient reason, never a bad parameter."""
+    try:
+        state.result()
+    except ConfigError:
+        return False
+    except Exception:
+        return True
+    return False
+
+
+@task(name="scheduler-episode", task_run_name="episode-{episode}", cache_policy=NO_CACHE,
+      persist_result=False, retries=1, retry_condition_fn=_not_a_config_error)
+def scheduler_episode(episode: int, checkpoint: str, workload: dict[str, Any], seed: int,
+                      parent_run_id: str, tracking_uri: str, experiment: str,
+                      checkpoint_dir: str) -> dict[str, Any]:
+    """One scheduler episode: a complete `train` run with the learned scheduler sampling."""
+    return train(scheduler=f"learned:{checkpoint}:sample", seed=seed, parent_run_id=parent_run_id,
+                 tracking_uri=tracking_uri, experiment=experiment, checkpoint_dir=checkpoint_dir,
+                 **workload)
+
+
+def episode_metrics(summary: dict[str, Any], rewards: np.ndarray) -> dict[str, float]:
+    """What the parent run logs per scheduler episode."""
+    actors = [h["sched/actors"] for h in summary["history"]]
+    return {
+        "episode/reward": float(rewards.sum()),
+        "episode/time_to_stop_s": summary["time_to_stop_s"],
+        "episode/cost_usd": summary["cost_usd"],
+        "episode/server_cluster_cost_usd": summary["server_cluster_cost_usd"],
+        "episode/rounds": float(summary["rounds"]),
+        "episode/target_reached": float(summary["target_reached"]),
+        "episode/best_return": summary["best_return"],
+        "episode/actors_mean": float(np.mean(actors)) if actors else math.nan,
+        "episode/wall_time_s": summary["wall_time_s"],
+    }
+
+
+@flow(name="train-scheduler", persist_result=False, validate_parameters=True,
+      task_runner=ThreadPoolTaskRunner(max_workers=MAX_CONCURRENCY))
+def train_scheduler(
+    env: str = "CartPole-v1",
+    episodes: int = 60,
+    batch_episodes: int = 4,
+    concurrency: int = 1,
+    init_from: str | None = None,
+    resume_run_id: str | None = None,
+    output: str | None = None,
+    beta: float = 0.1,
+    learning_rate: float | None = None,
+    agent: dict[str, Any] | None = None,
+    i_max: int = 32,
+    target_return: float | None = None,
+    budget_usd: float | None = None,
+    max_rounds: int | None = None,
+    fragment: int | None = None,
+    ppo: dict[str, Any] | None = None,
+    local_workers: int | None = None,
+    seed: int = 0,
+    tracking_uri: str | None = None,
+    experiment: str | None = None,
+    checkpoint_dir: str | None = None,
+) -> dict[str, Any]:
+    """Train the learned scheduler by PPO over complete training runs of `env`.
+
+    Args:
+        env: the workload every episode trains (its preset fills J, B, K, fragment).
+        episodes: scheduler episodes in all (a resumed run counts those already done).
+        batch_episodes: episodes per PPO update of the scheduler (1 = update after each).
+        concurrency: episodes of a batch run at the same time (each its own `train` run).
+        init_from: start from this scheduler (path, packaged name or MLflow URI) instead of
+            a fresh one: fine-tuning.
+        resume_run_id: a crashed or stopped train-scheduler MLflow run to continue from its
+            last logged checkpoint.
+        output: also copy the final checkpoint here.
+        beta: weight of the round time in the reward r_k = -beta * P_k.
+        learning_rate: the scheduler's Adam step size (default 1e-3, or the checkpoint's).
+        agent: other scheduler PPO settings (models/scheduler_agent.py AgentConfig).
+        i_max, target_return, budget_usd, max_rounds, fragment, ppo, local_workers: the workload's
+            `train` parameters.
+        seed: episode e trains the workload with seed + e (and samples actions with it).
+        tracking_uri: MLflow store; default MLFLOW_TRACKING_URI or ./mlruns/mlflow.db.
+        experiment: MLflow experiment of the parent run and its nested workload runs;
+            default minionsrl-scheduler/<env>.
+        checkpoint_dir: where scheduler and workload checkpoints go; default ./checkpoints.
+    """
+    logger = get_run_logger()
+    if episodes < 1 or batch_episodes < 1 or not 1 <= concurrency <= MAX_CONCURRENCY:
+        raise ConfigError(f"episodes and batch_episodes must be >= 1 and concurrency in "
+                          f"[1, {MAX_CONCURRENCY}]")
+    overrides = dict(agent or {})
+    overrides["beta"] = beta
+    if learning_rate is not None:
+        overrides["learning_rate"] = learning_rate
+    tracker = RunTracker(tracking_uri)
+    experiment = experiment or f"minionsrl-scheduler/{env}"
+    ckpt_root = Path(checkpoint_dir or project_root() / "checkpoints")
+    workload = {"env": env, "i_max": i_max, "target_return": target_return, "budget_usd": budget_usd,
+                "max_rounds": max_rounds, "fragment": fragment, "ppo": ppo,
+                "local_workers": local_workers}
+
+    # -- the agent: fresh, from a checkpoint, or from a resumed run's last artifact ----------
+    done, meta = 0, {}
+    if resume_run_id:
+        tracker.start(experiment, "", params={}, run_id=resume_run_id)
+        with tempfile.TemporaryDirectory() as tmp:
+            local = tracker.client.download_artifacts(resume_run_id, f"{ARTIFACT_DIR}/{ARTIFACT_NAME}", tmp)
+            sched_agent, _, meta = load_scheduler(local, overrides)
+        done = int(meta.get("progress", {}).get("episodes_done", 0))
+        logger.info("resuming scheduler training run %s after %d episodes", resume_run_id, done)
+    else:
+        source = None
+        if init_from:
+            source = resolve_checkpoint(init_from, tracker.tracking_uri)
+            sched_agent, _, meta = load_scheduler(source, overrides)
+            if sched_agent.i_max != i_max:
+                raise ConfigError(f"{init_from} was trained for i_max={sched_agent.i_max}, not {i_max}")
+        else:
+            sched_agent = SchedulerAgent(i_max, AgentConfig().replace(overrides), seed=seed)
+        params = {"env": env, "episodes": episodes, "batch_episodes": batch_episodes,
+                  "concurrency": concurrency, "init_from": init_from, "seed": seed,
+                  "agent": dataclasses.asdict(sched_agent.config), "workload": workload}
+        tags = {"minionsrl.kind": "scheduler-training",
+                "minionsrl.scheduler_init": "finetune" if init_from else "scratch"}
+        tracker.start(experiment, f"scheduler__{env}__{'finetune' if init_from else 'scratch'}__{seed}__"
+                      f"{time.strftime('%Y%m%d-%H%M%S')}", params=params, tags=tags)
+        meta = dict(meta)
+        meta.setdefault("trained_on", [])
+        if source is not None:
+            meta["fine_tuned_from"] = str(init_from)
+    run_id = tracker.run_id
+    meta.setdefault("trained_on", [])
+    entry = next((e for e in meta["trained_on"] if e.get("mlflow_run_id") == run_id), None)
+    if entry is None:
+        entry = {"env": env, "episodes": 0, "mlflow_run_id": run_id, "seed": seed,
+                 "mode": "finetune" if init_from else "scratch", "workload": workload,
+                 "beta": beta, "batch_episodes": batch_episodes, "wall_s": 0.0}
+        meta["trained_on"].append(entry)
+    work = ckpt_root / "schedulers" / run_id
+    ckpt = work / ARTIFACT_NAME
+    status, results = "FAILED", []
+    started = time.perf_counter()
+    wall_before = entry["wall_s"]
+    try:
+        while done < episodes:
+            batch = list(range(done, min(done + batch_episodes, episodes)))
+            save_scheduler(ckpt, sched_agent, meta=meta)  # what this batch's episodes load
+            summaries = []
+            for chunk_start in range(0, len(batch), concurrency):
+                futures = [scheduler_episode.submit(e, str(ckpt), workload, seed + e, run_id,
+                                                    tracker.tracking_uri, experiment,
+                                                    str(ckpt_root))
+                           for e in batch[chunk_start:chunk_start + concurrency]]
+                summaries += [f.result() for f in futures]
+            learn_from = []
+            for e, summary in zip(batch, summaries, strict=True):
+                rewards = rewards_from_summary(summary, sched_agent.config.beta)
+                learn_from.append(Episode.from_trace(summary["scheduler_trace"], rewards))
+                metrics = episode_metrics(summary, rewards)
+                tracker.log_metrics(metrics, step=e)
+                results.append({"episode": e, "run_id": summary["run_id"],
+                                "actors": [h["sched/actors"] for h in summary["history"]], **metrics})
+                logger.info("episode %d: reward %.2f, %s after %d rounds, time %.2fs, cost $%.5f, "
+                            "mean actors %.1f", e, metrics["episode/reward"], summary["stop_reason"],
+                            summary["rounds"], summary["time_to_stop_s"], summary["cost_usd"],
+                            metrics["episode/actors_mean"])
+            stats = sched_agent.update(learn_from)
+            done = batch[-1] + 1
+            tracker.log_metrics(stats, step=batch[-1])
+            entry["episodes"] = entry.get("episodes", 0) + len(batch)
+            entry["wall_s"] = wall_before + time.perf_counter() - started
+            meta["progress"] = {"episodes_done": done, "updates": sched_agent.updates}
+            save_scheduler(ckpt, sched_agent, meta=meta)
+            tracker.log_artifact(ckpt, ARTIFACT_DIR)
+        if output:
+            Path(output).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(ckpt, output)
+        status = "FINISHED"
+        return {"run_id": run_id, "checkpoint": str(ckpt), "output": output,
+                "artifact_uri": f"runs:/{run_id}/{ARTIFACT_DIR}/{ARTIFACT_NAME}",
+                "tracking_uri": tracker.tracking_uri, "experiment": experiment,
+                "episodes_done": done, "updates": sched_agent.updates, "episodes": results,
+                "wall_s": entry["wall_s"]}
+    finally:
+        tracker.finish(status)
+
+
+@flow(name="finetune-scheduler", persist_result=False, validate_parameters=True)
+def finetune_scheduler(
+    source: str = "cartpole",
+    env: str = "Acrobot-v1",
+    episodes: int = 10,
+    batch_episodes: int = 2,
+    concurrency: int = 1,
+    output: str | None = None,
+    beta: float = 0.1,
+    learning_rate: float | None = None,
+    agent: dict[str, Any] | None = None,
+    i_max: int = 32,
+    target_return: float | None = None,
+    budget_usd: float | None = None,
+    max_rounds: int | None = None,
+    fragment: int | None = None,
+    ppo: dict[str, Any] | None = None,
+    local_workers: int | None = None,
+    seed: int = 0,
+    tracking_uri: str | None = None,
+    experiment: str | None = None,
+    checkpoint_dir: str | None = None,
+) -> dict[str, Any]:
+    """Fine-tune a saved scheduler (file path, packaged name or MLflow URI) on another workload.
+
+    A `train-scheduler` subflow started from `source` for `episodes` more episodes (default 10,
+    the paper's figure); the other parameters are train-scheduler's.
+    """
+    return train_scheduler(
+        env=env, episodes=episodes, batch_episodes=batch_episodes, concurrency=concurrency,
+        init_from=source, output=output, beta=beta, learning_rate=learning_rate, agent=agent,
+        i_max=i_max, target_return=target_return, budget_usd=budget_usd, max_rounds=max_rounds,
+        fragment=fragment, ppo=ppo, local_workers=local_workers, seed=seed,
+        tracking_uri=tracking_uri, experiment=experiment, checkpoint_dir=checkpoint_dir)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Train or fine-tune the learned actor scheduler.")
+    parser.add_argument("command", choices=("train", "finetune"))
+    parser.add_argument("--env", default=None)
+    parser.add_argument("--source", default="cartpole", help="finetune: scheduler to start from")
+    parser.add_argument("--episodes", type=int)
+    parser.add_argument("--batch-episodes", type=int)
+    parser.add_argument("--concurrency", type=int, default=1)
+    parser.add_argument("--resume-run-id")
+    parser.add_argument("--out", help="copy the final checkpoint here")
+    parser.add_argument("--beta", type=float, default=0.1)
+    parser.add_argument("--learning-rate", type=float)
+    parser.add_argument("--i-max", type=int, default=32)
+    parser.add_argument("--target-return", type=float)
+    parser.add_argument("--budget-usd", type=float)
+    parser.add_argument("--max-rounds", type=int)
+    parser.add_argument("--fragment", type=int)
+    parser.add_argument("--local-workers", type=int)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tracking-uri")
+    parser.add_argument("--experiment")
+    args = parser.parse_args(argv)
+    common = {"concurrency": args.concurrency, "output": args.out, "beta": args.beta,
+              "learning_rate": args.learning_rate, "i_max": args.i_max,
+              "target_return": args.target_return, "budget_usd": args.budget_usd,
+              "max_rounds": args.max_rounds, "fragment": args.fragment,
+              "local_workers": args.local_workers, "seed": args.seed,
+              "tracking_uri": args.tracking_uri, "experiment": args.experiment}
+    with prefect_api():
+        if args.command == "train":
+            result = train_scheduler(env=args.env or "CartPole-v1", episodes=args.episodes or 60,
+                                     batch_episodes=args.batch_episodes or 4,
+                                     resume_run_id=args.resume_run_id, **common)
+        else:
+            result = finetune_scheduler(source=args.source, env=args.env or "Acrobot-v1",
+                                        episodes=args.episodes or 10,
+                                        batch_episodes=args.batch_episodes or 2, **common)
+    for e in result["episodes"]:
+        print(f"episode {e['episode']:3d}: reward {e['episode/reward']:9.2f}  "
+              f"reached {bool(e['episode/target_reached'])!s:5}  rounds {e['episode/rounds']:3.0f}  "
+              f"time {e['episode/time_to_stop_s']:7.2f}s  cost ${e['episode/cost_usd']:.5f}  "
+              f"actors {json.dumps([int(a) for a in e['actors']])}")
+    print(f"\nscheduler: {result['checkpoint']} (MLflow {result['artifact_uri']} in "
+          f"{result['tracking_uri']}); {result['episodes_done']} episodes, {result['updates']} updates, "
+          f"{result['wall_s']:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
