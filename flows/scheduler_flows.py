@@ -40,6 +40,7 @@ from flows.local_api import prefect_api  # noqa: E402
 from flows.tracking import RunTracker, project_root  # noqa: E402
 from flows.train import train  # noqa: E402
 from models.config import ConfigError  # noqa: E402
+from models.presets import resolve_run_config  # noqa: E402
 from models.scheduler_agent import (  # noqa: E402
     AgentConfig,
     Episode,
@@ -49,10 +50,12 @@ from models.scheduler_agent import (  # noqa: E402
     rewards_from_summary,
     save_scheduler,
 )
+from tasks.backends import BACKENDS  # noqa: E402
 
 ARTIFACT_DIR = "scheduler"
 ARTIFACT_NAME = "scheduler.pt"
 MAX_CONCURRENCY = 16
+NO_TARGET = 1e8  # presets without a published target use 1e9: "run until budget or K"
 
 
 def _not_a_config_error(task, task_run, state) -> bool:
@@ -149,6 +152,12 @@ def train_scheduler(
     overrides["beta"] = beta
     if learning_rate is not None:
         overrides["learning_rate"] = learning_rate
+    workload_cfg = resolve_run_config(env, backends=BACKENDS, scheduler="max", target_return=target_return,
+                                      budget_usd=budget_usd, max_rounds=max_rounds, i_max=i_max,
+                                      fragment=fragment, ppo=ppo)  # fail here, not in episode 0
+    if workload_cfg.target_return >= NO_TARGET:
+        raise ConfigError(f"{env} has no target return in its preset: pass target_return (J); the "
+                          "scheduler's reward needs one")
     tracker = RunTracker(tracking_uri)
     experiment = experiment or f"minionsrl-scheduler/{env}"
     ckpt_root = Path(checkpoint_dir or project_root() / "checkpoints")

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from models.checkpoint import load_checkpoint, save_checkpoint
+from models.checkpoint import save_checkpoint
 from models.config import RunConfig
 from models.cost import PriceTable, estimate_round_cost, server_cluster_cost
 from models.envs import env_spaces
@@ -165,8 +165,8 @@ class TrainingSession:
             "history": self.history,
         })
 
-    def restore(self, path: str | Path) -> None:
-        state = load_checkpoint(path)
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Continue exactly after the last finished round of a checkpoint."""
         self.learner.load_state_dict(state["learner"])
         self.scheduler.load_state_dict(state["scheduler"])
         for key in ("round_index", "spent_usd", "env_steps", "sum_round_s", "sum_wall_s",

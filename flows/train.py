@@ -29,8 +29,8 @@ from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
 from flows.local_api import prefect_api  # noqa: E402
 from flows.session import STOP_BUDGET, TrainingSession  # noqa: E402
 from flows.tracking import RunTracker, project_root  # noqa: E402
-from models.checkpoint import save_checkpoint  # noqa: E402
-from models.config import ConfigError  # noqa: E402
+from models.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
+from models.config import ConfigError, config_from_dict  # noqa: E402
 from models.cost import PriceTable  # noqa: E402
 from models.presets import resolve_run_config  # noqa: E402
 from models.rollout import RolloutBatch  # noqa: E402
@@ -102,6 +102,7 @@ def train(
     quorum: float = 0.75,
     eval_every: int = 0,
     eval_episodes: int = 5,
+    resume: str | None = None,
 ) -> dict[str, Any]:
     """Train PPO on `env` with per-round actor counts chosen by `scheduler`.
 
@@ -131,16 +132,23 @@ def train(
         eval_every: every this many rounds (and at the end), evaluate the policy's deterministic
             actions on whole episodes, logged as eval/...; 0 turns it off.
         eval_episodes: episodes per evaluation.
+        resume: path of a run's checkpoint (checkpoints/<run id>/latest.pt) to continue a
+            crashed or stopped run from its last finished round, in the same MLflow run; the
+            run's own configuration is used and the other parameters are ignored.
     """
     if eval_every < 0 or eval_episodes < 1:
         raise ConfigError("eval_every must be >= 0 and eval_episodes >= 1")
-    cfg = resolve_run_config(env, backends=BACKENDS, scheduler=scheduler,
-                             target_return=target_return, budget_usd=budget_usd,
-                             max_rounds=max_rounds, i_max=i_max, fragment=fragment,
-                             envs_per_actor=envs_per_actor, seed=seed, backend=backend, ppo=ppo,
-                             actor_memory_gb=actor_memory_gb, learner_device=learner_device,
-                             actor_timeout_s=actor_timeout_s, actor_retries=actor_retries,
-                             quorum=quorum)
+    resume_state = load_checkpoint(resume) if resume else None
+    if resume_state is not None:  # the run's own configuration, not this call's parameters
+        cfg = config_from_dict(resume_state["config"])
+    else:
+        cfg = resolve_run_config(env, backends=BACKENDS, scheduler=scheduler,
+                                 target_return=target_return, budget_usd=budget_usd,
+                                 max_rounds=max_rounds, i_max=i_max, fragment=fragment,
+                                 envs_per_actor=envs_per_actor, seed=seed, backend=backend,
+                                 ppo=ppo, actor_memory_gb=actor_memory_gb,
+                                 learner_device=learner_device, actor_timeout_s=actor_timeout_s,
+                                 actor_retries=actor_retries, quorum=quorum)
     prices = PriceTable.load(prices_file).with_actor_memory(cfg.actor_memory_gb)
     logger = get_run_logger()
     # Start-up in parallel: actor processes spawn while MLflow opens its store (a thread) and
@@ -148,19 +156,29 @@ def train(
     actor_backend = make_backend(cfg.backend, cfg.env_id, local_workers)
     status = "FAILED"
     tracker = RunTracker(tracking_uri)
-    with ThreadPoolExecutor(1) as opener:
-        opening = opener.submit(tracker.open)
-        try:
-            session = TrainingSession(cfg, prices)
-        finally:
-            opening.result()
-    run_name = f"{cfg.env_id}__{session.scheduler.name}__{cfg.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
-    tags = {"minionsrl.scheduler": session.scheduler.name, "minionsrl.backend": cfg.backend}
-    if parent_run_id:
-        tags["mlflow.parentRunId"] = parent_run_id
-    session.run_id = tracker.start(experiment or f"minionsrl/{cfg.env_id}", run_name,
-                                   params=run_params(cfg, prices), tags=tags)
-    ckpt_path = Path(checkpoint_dir or project_root() / "checkpoints") / session.run_id / "latest.pt"
+    try:
+        with ThreadPoolExecutor(1) as opener:
+            opening = opener.submit(tracker.open)
+            try:
+                session = TrainingSession(cfg, prices)
+            finally:
+                opening.result()
+    except BaseException:
+        actor_backend.close()
+        raise
+    if resume_state is not None:
+        session.load_state(resume_state)
+        tracker.start("", "", {}, run_id=session.run_id)
+        logger.info("resuming run %s at round %d", session.run_id, session.round_index)
+    else:
+        run_name = f"{cfg.env_id}__{session.scheduler.name}__{cfg.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
+        tags = {"minionsrl.scheduler": session.scheduler.name, "minionsrl.backend": cfg.backend}
+        if parent_run_id:
+            tags["mlflow.parentRunId"] = parent_run_id
+        session.run_id = tracker.start(experiment or f"minionsrl/{cfg.env_id}", run_name,
+                                       params=run_params(cfg, prices), tags=tags)
+    ckpt_path = (Path(resume).resolve() if resume else
+                 Path(checkpoint_dir or project_root() / "checkpoints") / session.run_id / "latest.pt")
     try:
         run_round = round_flow(session, actor_backend)
         # Round subflows skip heartbeats: each costs up to 1 s at flow exit (the heartbeat

@@ -124,3 +124,11 @@ class RunConfig:
 def _check(ok: bool, message: str) -> None:
     if not ok:
         raise ConfigError(message)
+
+
+def config_from_dict(raw: dict[str, Any]) -> RunConfig:
+    """A RunConfig back from dataclasses.asdict (e.g. out of a checkpoint)."""
+    values = dict(raw)
+    ppo = dict(values.pop("ppo"))
+    ppo["hidden"] = tuple(ppo["hidden"])
+    return RunConfig(ppo=PPOConfig(**ppo), **values)

@@ -96,3 +96,33 @@ def test_budget_is_a_hard_limit(prefect_api_url, mlflow_uri, tmp_path):
     assert summary["stop_reason"] == "budget_spent"
     assert summary["cost_usd"] <= budget
     assert 1 <= summary["rounds"] < 50
+
+
+def test_a_crashed_run_resumes_without_losing_a_round(prefect_api_url, mlflow_uri, tmp_path,
+                                                       monkeypatch):
+    from flows import train as train_module
+    from flows.session import TrainingSession
+
+    original = TrainingSession.record
+
+    def crash_in_round_two(self, *args, **kwargs):
+        if self.round_index == 2:
+            raise RuntimeError("simulated crash after the round's work, before its bookkeeping")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(TrainingSession, "record", crash_in_round_two)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train_module.train(env="CartPole-v1", scheduler="fixed:2", max_rounds=4, fragment=128,
+                           seed=5, tracking_uri=mlflow_uri, checkpoint_dir=str(tmp_path))
+    monkeypatch.setattr(TrainingSession, "record", original)
+    client = MlflowClient(mlflow_uri)
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert run.info.status == "FAILED"
+    checkpoint = tmp_path / run.info.run_id / "latest.pt"
+
+    summary = train_module.train(resume=str(checkpoint), tracking_uri=mlflow_uri)
+    assert summary["run_id"] == run.info.run_id and summary["rounds"] == 4
+    assert summary["env_steps"] == 4 * 2 * 128
+    assert client.get_run(run.info.run_id).info.status == "FINISHED"
+    steps = [m.step for m in client.get_metric_history(run.info.run_id, "time/round_s")]
+    assert sorted(steps) == [0, 1, 2, 3]  # round 2 ran once, after the resume
