@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 
 def patch_sqlite_write_transactions() -> None:
@@ -62,14 +62,17 @@ def _healthy(api_url: str) -> bool:
 
 
 @contextlib.contextmanager
-def prefect_api(timeout_s: float = 120.0) -> Iterator[str]:
+def prefect_api(timeout_s: float = 120.0, while_starting: Callable[[], None] | None = None) -> Iterator[str]:
     """Yield an API URL: PREFECT_API_URL if set, else a temporary local server's.
 
     The temporary server uses Prefect's default database (PREFECT_HOME/prefect.db), so a
-    later `prefect server start` shows these runs in the UI.
+    later `prefect server start` shows these runs in the UI. `while_starting` runs in this
+    process while the server starts (it takes 8-20 s): a place for one-off warm-up work.
     """
     existing = os.environ.get("PREFECT_API_URL")
     if existing:
+        if while_starting:
+            while_starting()
         yield existing
         return
     port = _free_port()
@@ -78,6 +81,8 @@ def prefect_api(timeout_s: float = 120.0) -> Iterator[str]:
     process = subprocess.Popen([sys.executable, "-m", "flows.local_api", "--port", str(port)], env=env)
     try:
         deadline = time.monotonic() + timeout_s
+        if while_starting:
+            while_starting()
         while not _healthy(api_url):
             if process.poll() is not None:
                 raise RuntimeError(f"temporary Prefect API exited with code {process.returncode}")

@@ -233,6 +233,15 @@ def run_params(cfg, prices: PriceTable) -> dict[str, Any]:
     return params
 
 
+def warm_up() -> None:
+    """One-off imports the first training would otherwise pay for (MLflow's SQL store, torch's
+    optimiser machinery: ~1.4 s each measured here), done while the temporary API starts."""
+    import torch
+    from mlflow.store.tracking import sqlalchemy_store  # noqa: F401
+
+    torch.optim.Adam([torch.zeros(1, requires_grad=True)])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Train PPO with MinionsRL on Prefect.")
     parser.add_argument("--env", default="CartPole-v1")
@@ -252,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tracking-uri")
     args = parser.parse_args(argv)
     summaries = []
-    with prefect_api():
+    with prefect_api(while_starting=warm_up):
         for seed in args.seeds or [args.seed]:
             summaries.append(train(env=args.env, scheduler=args.scheduler,
                                    target_return=args.target_return, budget_usd=args.budget_usd,
