@@ -103,6 +103,8 @@ def train(
     eval_every: int = 0,
     eval_episodes: int = 5,
     resume: str | None = None,
+    warm_actors: int = 0,
+    backend_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Train PPO on `env` with per-round actor counts chosen by `scheduler`.
 
@@ -116,7 +118,8 @@ def train(
         fragment: env steps each actor samples per round.
         envs_per_actor: environments one actor steps in lockstep (divides fragment).
         seed: run seed; actor i of round k uses a seed derived from (seed, k, i).
-        backend: where actors run: local (warm processes on this machine).
+        backend: where actors run: local (warm processes on this machine), work-pool (each
+            actor its own flow run on a Prefect work pool: process, ACI, ...) or dask.
         ppo: overrides of PPO hyperparameters, e.g. {"learning_rate": 0.001}.
         actor_memory_gb: memory billed per actor.
         learner_device: auto (CUDA when present), cpu or cuda.
@@ -135,6 +138,10 @@ def train(
         resume: path of a run's checkpoint (checkpoints/<run id>/latest.pt) to continue a
             crashed or stopped run from its last finished round, in the same MLflow run; the
             run's own configuration is used and the other parameters are ignored.
+        warm_actors: work-pool backend: warm actor servers to keep between rounds (0 = every
+            actor is a cold flow run).
+        backend_options: further options of the backend (see tasks/backends.py make_backend),
+            e.g. {"actor_deployment": "actor/aci-actor", "dask_address": "tcp://host:8786"}.
     """
     if eval_every < 0 or eval_episodes < 1:
         raise ConfigError("eval_every must be >= 0 and eval_episodes >= 1")
@@ -153,7 +160,12 @@ def train(
     logger = get_run_logger()
     # Start-up in parallel: actor processes spawn while MLflow opens its store (a thread) and
     # the learner is built here; measured ~4 s + 2.6 s + 2.5 s one after the other.
-    actor_backend = make_backend(cfg.backend, cfg.env_id, local_workers)
+    try:
+        actor_backend = make_backend(cfg.backend, cfg.env_id, local_workers,
+                                     **({"warm_actors": warm_actors} if warm_actors else {}),
+                                     **(backend_options or {}))
+    except TypeError as exc:  # an option this backend does not take
+        raise ConfigError(f"backend_options for {cfg.backend!r}: {exc}") from exc
     status = "FAILED"
     tracker = RunTracker(tracking_uri)
     try:
