@@ -3,8 +3,8 @@
 The `work-pool` backend (tasks/workpool.py) starts an `actor` flow run per actor through the
 `actor/minionsrl-actor` deployment, so each actor's infrastructure (a process, an ACI container
 group) is started for it and gone when it returns. With warm actors, long-lived `actor-server`
-flow runs stay up and run each job they are handed as an `actor` subflow: still one flow run per
-actor in the UI, without paying the process/container start.
+flow runs stay up and run each job they are handed, inline or (as_subflows) as an `actor`
+subflow, without paying the process/container start.
 
 Storage layout under `prefix` in the storage block (tasks/storage.py):
     weights/<digest>            the round's weights, written once
@@ -119,7 +119,7 @@ def actor(storage_block: str, prefix: str, job_id: str, server_id: str | None = 
       validate_parameters=False)
 def actor_server(storage_block: str, prefix: str, server_id: str, warm_env_id: str | None = None,
                  idle_timeout_s: float = 600.0, poll_s: float = 0.005, max_poll_s: float = 0.05,
-                 as_subflows: bool = True) -> int:
+                 as_subflows: bool = False) -> int:
     """A warm actor: stays up and runs each job it is handed, until told to stop or idle too long.
 
     Args:
@@ -132,7 +132,7 @@ def actor_server(storage_block: str, prefix: str, server_id: str, warm_env_id: s
         poll_s: inbox poll interval right after a job; it backs off to max_poll_s when idle
             (raise both for blob stores, where each poll is a request).
         as_subflows: run each job as an `actor` subflow (one flow run per actor in the UI);
-            False runs jobs inline, saving the subflow's API calls.
+            off by default: inline saves the subflow's API writes (seconds on SQLite).
     Returns:
         the number of jobs served.
     """

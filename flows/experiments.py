@@ -164,6 +164,13 @@ def _bars(ax, rows: list[dict[str, Any]], key: str, ylabel: str) -> None:
     ax.tick_params(axis="x", rotation=20)
 
 
+def _actor_steps(ax, summary: dict[str, Any], **style: Any) -> None:
+    """I_k as a step line over rounds, the last round drawn to its end."""
+    actors = [h["sched/actors"] for h in summary["history"]]
+    if actors:
+        ax.step(range(len(actors) + 1), actors + actors[-1:], where="post", **style)
+
+
 # -- 1. Table 2: learned vs Max vs Adapt vs the server-based fixed cluster --------------------
 
 
@@ -204,7 +211,7 @@ def compare_schedulers(
         specs = {"learned": f"learned:{learned}" if learned != LEARNED else LEARNED}
         specs.update({b: b for b in baselines})
         if server_spec not in specs.values():
-            specs["server-fixed32"] = server_spec
+            specs[server_spec] = server_spec
         runs: dict[str, list[dict[str, Any]]] = {label: [] for label in specs}
         for seed in seeds:
             for label, spec in specs.items():
@@ -299,8 +306,7 @@ def motivation(
                 t = np.cumsum([h["time/round_s"] for h in s["history"]])
                 ax_r.plot(t, [h["rollout/ep_return_mean"] for h in s["history"]], color=f"C{i}",
                           alpha=0.7, label=label if j == 0 else None)
-            ax_a.step(range(len(summaries[0]["history"])), [h["sched/actors"] for h in summaries[0]["history"]],
-                      where="post", color=f"C{i}", label=label)
+            _actor_steps(ax_a, summaries[0], color=f"C{i}", label=label)
         ax_r.set_xlabel("sum of P_k (s)")
         ax_r.set_ylabel("mean episode return")
         ax_r.legend()
@@ -366,8 +372,7 @@ def actors_curve(
         fig, (ax_a, ax_r) = plt.subplots(1, 2, figsize=(12, 4))
         longest = max((len(s["history"]) for s in runs), default=0)
         for i, (seed, s) in enumerate(zip(seeds, runs, strict=True)):
-            ax_a.step(range(len(s["history"])), [h["sched/actors"] for h in s["history"]], where="post",
-                      color=f"C{i}", alpha=0.8, label=f"seed {seed}")
+            _actor_steps(ax_a, s, color=f"C{i}", alpha=0.8, label=f"seed {seed}")
             ax_r.plot([h["rollout/ep_return_mean"] for h in s["history"]], color=f"C{i}", alpha=0.8)
         if longest:
             padded = [[h["sched/actors"] for h in s["history"]] for s in runs]
@@ -454,7 +459,7 @@ def scheduler_transfer(
         ax_l.legend()
         _bars(ax_t, rows, "time_s", "time to stop, sum of P_k (s)")
         _bars(ax_c, rows, "cost_usd", "cost (USD)")
-        fig.suptitle(f"{env}: fine-tune {source} for {finetune_episodes} episodes vs {scratch_episodes} "
+        fig.suptitle(f"{env}: fine-tune {Path(source).name} for {finetune_episodes} episodes vs {scratch_episodes} "
                      f"from scratch; evaluated greedy on seeds {eval_seeds}", fontsize=9)
         saved = 1 - tuned["wall_s"] / scratch["wall_s"] if scratch["wall_s"] > 0 else math.nan
         md = (f"Scheduler training wall time: fine-tune {tuned['wall_s']:.0f}s vs scratch "

@@ -170,7 +170,12 @@ def train_scheduler(
     if resume_run_id:
         tracker.start(experiment, "", params={}, run_id=resume_run_id)
         with tempfile.TemporaryDirectory() as tmp:
-            local = tracker.client.download_artifacts(resume_run_id, f"{ARTIFACT_DIR}/{ARTIFACT_NAME}", tmp)
+            try:
+                local = tracker.client.download_artifacts(resume_run_id, f"{ARTIFACT_DIR}/{ARTIFACT_NAME}", tmp)
+            except Exception as exc:  # MlflowException, OSError
+                tracker.finish("FAILED")
+                raise ConfigError(f"run {resume_run_id} has no {ARTIFACT_DIR}/{ARTIFACT_NAME} to resume from "
+                                  f"(it stopped before its first update?): start a new training") from exc
             sched_agent, _, meta = load_scheduler(local, overrides)
         done = int(meta.get("progress", {}).get("episodes_done", 0))
         logger.info("resuming scheduler training run %s after %d episodes", resume_run_id, done)

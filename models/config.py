@@ -44,6 +44,9 @@ class PPOConfig:
     """Normalise advantages per minibatch."""
     hidden: tuple[int, ...] = (64, 64)
     """Hidden layer widths of the policy and value MLPs (ignored by the Atari CNN)."""
+    init_log_std: float = 0.0
+    """Initial value of the Gaussian policy's state-independent log-std (continuous actions;
+    SB3's log_std_init). 0 is CleanRL's; a lower start explores less noisily (RL-Zoo: -2 on Hopper)."""
     normalize_obs: bool = False
     """Normalise observations with running statistics merged across actors (MuJoCo)."""
     normalize_reward: bool = False
@@ -58,6 +61,8 @@ class PPOConfig:
         _check(self.clip_coef > 0, "ppo.clip_coef must be > 0")
         _check(self.max_grad_norm > 0, "ppo.max_grad_norm must be > 0")
         _check(self.target_kl is None or self.target_kl > 0, "ppo.target_kl must be > 0 or null")
+        _check(math.isfinite(self.init_log_std) and -10 <= self.init_log_std <= 2,
+               "ppo.init_log_std must be a number in [-10, 2]")
         _check(len(self.hidden) >= 1 and all(h >= 1 for h in self.hidden),
                "ppo.hidden must list positive layer widths")
 

@@ -60,11 +60,12 @@ class ActorCritic(nn.Module):
     - image observations (Atari): Nature CNN trunk shared by a categorical policy and value head;
     - vector observations, discrete actions: separate tanh MLPs, categorical head;
     - vector observations, continuous actions: separate tanh MLPs, diagonal Gaussian head with a
-      state-independent log-std; stored actions are unclipped (the env step clips).
+      state-independent log-std (starting at ``init_log_std``, which travels with the weights);
+      stored actions are unclipped (the env step clips).
     """
 
     def __init__(self, spaces: EnvSpaces, hidden: tuple[int, ...] = (64, 64),
-                 init_weights: bool = True):
+                 init_weights: bool = True, init_log_std: float = 0.0):
         super().__init__()
         self.spaces = spaces
         self.hidden = tuple(hidden)
@@ -82,7 +83,7 @@ class ActorCritic(nn.Module):
             self.head = CategoricalHead()
         else:
             self.head = DiagGaussianHead()
-            self.log_std = nn.Parameter(torch.zeros(spaces.n_actions))
+            self.log_std = nn.Parameter(torch.full((spaces.n_actions,), float(init_log_std)))
 
     def _dist_params(self, obs: torch.Tensor):
         if self.is_image:

@@ -80,7 +80,7 @@ class Learner:
         torch.manual_seed(seed)
         self.cfg = cfg
         self.device = select_device(device)
-        self.policy = ActorCritic(spaces, cfg.hidden).to(self.device)
+        self.policy = ActorCritic(spaces, cfg.hidden, init_log_std=cfg.init_log_std).to(self.device)
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.learning_rate, eps=1e-5)
         self.max_rounds = max_rounds
         self.generator = torch.Generator().manual_seed(seed)

@@ -124,8 +124,9 @@ class StateNormaliser:
                 self.return_ref = ret
             gap = self.target_return - self.return_ref
             if gap > 0:
-                progress = (ret - self.return_ref) / gap
-                self.progress = min(max(progress, c.progress_low), c.progress_high)
+                progress = (ret - self.return_ref) / gap  # NaN only for inf/inf: read as 0
+                self.progress = 0.0 if math.isnan(progress) else min(max(progress, c.progress_low),
+                                                                      c.progress_high)
             else:
                 self.progress = 1.0
         elif not math.isnan(state.last_return):  # +-inf: as far as the clip allows
@@ -153,7 +154,7 @@ class StateNormaliser:
             return 1.0, ref
         if ref is None:
             ref = t
-        return math.tanh(math.log(t / ref) / self.config.time_scale), ref
+        return math.tanh((math.log(t) - math.log(ref)) / self.config.time_scale), ref
 
     def state_dict(self) -> dict[str, Any]:
         return {"return_ref": self.return_ref, "learner_ref": self.learner_ref,

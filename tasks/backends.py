@@ -49,6 +49,7 @@ class LocalBackend:
         self.pool = LocalActorPool(workers, warm_env_id, prewarm=prewarm)
 
     def run(self, job: ActorJob, timeout_s: float | None = None) -> RolloutBatch:
+        self.pool.wait_ready()  # once, before the clock starts: pre-warming is not this actor's
         dispatched_at = time.time()
         batch = self.pool.run(job, timeout_s)
         batch.timings["dispatched_at"] = dispatched_at
@@ -71,6 +72,7 @@ def make_backend(name: str, env_id: str, workers: int | None = None, *,
                  server_deployment: str = DEFAULT_SERVER_DEPLOYMENT,
                  storage_block: str = DEFAULT_STORAGE_BLOCK,
                  warm_actors: int = 0,
+                 warm_subflows: bool = False,
                  actor_job_variables: dict[str, Any] | None = None,
                  dask_address: str | None = None,
                  dask_cluster_class: str | None = None,
@@ -86,6 +88,8 @@ def make_backend(name: str, env_id: str, workers: int | None = None, *,
         the default local-file-system block is created on first use.
     warm_actors: most warm actor servers to keep (work-pool); the pool follows the actor
         counts of the last rounds up to this; 0 = every actor is a cold flow run.
+    warm_subflows: a warm server runs each job as an `actor` subflow (one flow run per actor in
+        the UI) instead of inline in its own flow run; costs seconds per actor on SQLite.
     actor_job_variables: work-pool job variables per actor flow run, e.g. {"cpu": 1, "memory": 2}.
     dask_address: scheduler address of a running Dask cluster; None = a LocalCluster here.
     dask_cluster_class / dask_cluster_kwargs: another cluster class to start instead, by import
@@ -99,8 +103,8 @@ def make_backend(name: str, env_id: str, workers: int | None = None, *,
 
         return WorkPoolBackend(env_id, actor_deployment=actor_deployment,
                                server_deployment=server_deployment, storage_block=storage_block,
-                               warm_actors=warm_actors, job_variables=actor_job_variables,
-                               prewarm=prewarm)
+                               warm_actors=warm_actors, warm_subflows=warm_subflows,
+                               job_variables=actor_job_variables, prewarm=prewarm)
     if name == "dask":
         from tasks.dask_backend import DaskBackend
 

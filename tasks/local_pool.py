@@ -80,8 +80,9 @@ class LocalActorPool:
 
     workers: processes (one core each); default one per core.
     warm_env_id: build this env once in each worker at start-up.
-    prewarm: start the processes now and wait until they are ready, so that the first round's
-        actors start warm. Without it, workers boot on first use and those actors count as cold.
+    prewarm: the first run() waits until the processes started with the pool are ready, so the
+        first round's actors start warm (they boot meanwhile). Without it, the first actors
+        wait for their worker's boot and count as cold.
     """
 
     def __init__(self, workers: int | None = None, warm_env_id: str | None = None,
@@ -93,16 +94,30 @@ class LocalActorPool:
         self._idle: list[_Worker] = []
         self._busy: dict[_Worker, int] = {}  # worker -> actor index it is running
         self._closed = False
+        self.ready_timeout_s = ready_timeout_s
+        self._warming = prewarm  # first run() waits until the first workers are ready
+        self._warm_lock = threading.Lock()
         for _ in range(self.workers):
             self._idle.append(self._spawn())
-        if prewarm:
-            deadline = time.monotonic() + ready_timeout_s
-            for worker in list(self._idle):
+
+    def wait_ready(self) -> None:
+        """Block until every worker started with the pool is booted (once; run() calls it).
+
+        Workers boot in their own processes from the moment the pool exists, so the caller
+        can build its learner and open MLflow meanwhile.
+        """
+        with self._warm_lock:
+            if not self._warming:
+                return
+            deadline = time.monotonic() + self.ready_timeout_s
+            with self._lock:
+                booting = list(self._idle)
+            for worker in booting:
                 left = deadline - time.monotonic()
-                if not wait([worker.conn, worker.process.sentinel], max(left, 0)) or not worker.poll_ready():
-                    self.close()
-                    raise RuntimeError(f"actor worker {worker.process.pid} not ready after "
-                                       f"{ready_timeout_s:.0f} s (exit code {worker.process.exitcode})")
+                if wait([worker.conn, worker.process.sentinel], max(left, 0)):
+                    with self._lock:  # a worker that died booting is replaced by _acquire
+                        worker.poll_ready()
+            self._warming = False
 
     # -- workers -------------------------------------------------------------------------
     def _spawn(self) -> _Worker:
@@ -167,6 +182,7 @@ class LocalActorPool:
         are more actors than workers) is not the actor's fault. A worker that overruns is
         killed (SIGKILL) and replaced; the other workers keep sampling.
         """
+        self.wait_ready()
         worker = self._acquire(job.actor_index)
         handed_at = time.time()
         cold = worker.ready_at is None

@@ -1,0 +1,136 @@
+"""Return curves (R_k against env steps) of HalfCheetah-v5 and Humanoid-v5 with Fixed(8), through
+the `train` flow, for comparison with CleanRL's published PPO (ppo_continuous_action.py).
+
+Each run goes to the step budget (the preset's target is set out of reach so that the curve is
+complete), then its final policy is evaluated with deterministic actions on whole episodes.
+Writes benchmarks/results/<env>_seed<seed>_curve.csv (round, env_steps, R_k, round wall s)
+and one PNG with all curves.
+
+    .venv/bin/python -m benchmarks.mujoco_curves --envs HalfCheetah-v5 Humanoid-v5 --seed 0
+
+R_k is the mean return of the episodes that finished inside round k. HalfCheetah never ends an
+episode early (always 1000 steps), so its fragment must be >= 1000 for R_k to exist at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+RESULTS = Path(__file__).resolve().parent / "results"
+N_ACTORS = 8
+
+# CleanRL ppo_continuous_action.py, 1M steps, -v4 ids (docs.cleanrl.dev, rl-algorithms/ppo).
+CLEANRL_1M = {"HalfCheetah-v5": "1443 +- 46", "Humanoid-v5": "716 +- 49"}
+
+
+def run_one(env_id: str, seed: int, steps: int, tracking_uri: str, eval_episodes: int) -> dict:
+    from flows.train import train
+    from models.checkpoint import load_checkpoint
+    from models.envs import env_spaces
+    from models.evaluation import evaluate_policy
+    from models.normalization import RunningMeanStd
+    from models.policy import ActorCritic
+    from models.presets import preset_for
+
+    fragment = int(preset_for(env_id)["fragment"])
+    rounds = steps // (N_ACTORS * fragment)
+    started = time.perf_counter()
+    summary = train(env=env_id, scheduler=f"fixed:{N_ACTORS}", seed=seed, max_rounds=rounds,
+                    target_return=1e9, budget_usd=1e6, tracking_uri=tracking_uri,
+                    experiment=f"benchmark/{env_id}-curve")
+    wall = time.perf_counter() - started
+    artifact = load_checkpoint(Path(summary["checkpoint"]).with_name("final_policy.pt"))
+    policy = ActorCritic(env_spaces(env_id), tuple(artifact["hidden"]), init_weights=False)
+    policy.load_state_dict(artifact["policy"])
+    norm = artifact["norm"] or {}
+    obs_rms = RunningMeanStd.from_state_dict(norm["obs"]) if norm.get("obs") else None
+    ev = evaluate_policy(policy, env_id, eval_episodes, seed=10_000 + seed, obs_rms=obs_rms)
+    hist = summary["history"]
+    steps_total = np.cumsum([h["rollout/env_steps"] for h in hist]).astype(int).tolist()
+    rows = [{"round": k, "env_steps": s, "return": h["rollout/ep_return_mean"],
+             "round_wall_s": h.get("time/round_s", math.nan)}
+            for k, (s, h) in enumerate(zip(steps_total, hist, strict=True))]
+    path = RESULTS / f"{env_id}_seed{seed}_curve.csv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    finite = [r["return"] for r in rows if not math.isnan(r["return"])]
+    last3 = [r["return"] for r in rows[-3:] if not math.isnan(r["return"])]
+    return {"env": env_id, "seed": seed, "fragment": fragment, "rounds": len(rows),
+            "env_steps": summary["env_steps"], "wall_s": wall,
+            "final_return": summary["final_return"],
+            "last3_mean": float(np.mean(last3)) if last3 else math.nan,
+            "best_return": max(finite) if finite else math.nan,
+            "eval_return": ev["eval/return_mean"], "eval_std": ev["eval/return_std"],
+            "csv": str(path), "rows": rows}
+
+
+def plot(results: list[dict], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    envs = sorted({r["env"] for r in results})
+    fig, axes = plt.subplots(1, len(envs), figsize=(5.5 * len(envs), 4), squeeze=False)
+    for ax, env_id in zip(axes[0], envs, strict=True):
+        for r in (r for r in results if r["env"] == env_id):
+            xs = [row["env_steps"] for row in r["rows"]]
+            ys = [row["return"] for row in r["rows"]]
+            ax.plot(xs, ys, marker=".", label=f"MinionsRL Fixed(8), seed {r['seed']} (R_k)")
+        ax.set_title(f"{env_id}  (CleanRL PPO at 1M steps: {CLEANRL_1M.get(env_id, 'n/a')})",
+                     fontsize=9)
+        ax.set_xlabel("env steps")
+        ax.set_ylabel("mean return of finished episodes")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--envs", nargs="+", default=["HalfCheetah-v5", "Humanoid-v5"])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=200_000)
+    parser.add_argument("--eval-episodes", type=int, default=5)
+    parser.add_argument("--tracking-uri", default=None)
+    args = parser.parse_args()
+    from flows.local_api import prefect_api
+    from flows.tracking import default_tracking_uri
+
+    tracking_uri = args.tracking_uri or default_tracking_uri()
+    results = []
+    with prefect_api():
+        for env_id in args.envs:
+            r = run_one(env_id, args.seed, args.steps, tracking_uri, args.eval_episodes)
+            results.append(r)
+            print({k: (round(v, 1) if isinstance(v, float) else v) for k, v in r.items()
+                   if k != "rows"}, flush=True)
+    png = RESULTS / f"mujoco_curves_seed{args.seed}.png"
+    plot(results, png)
+    summary = RESULTS / f"mujoco_curves_seed{args.seed}.json"
+    summary.write_text(json.dumps([{k: v for k, v in r.items() if k != "rows"} for r in results],
+                                  indent=1))
+    print("\n| env | env steps | final R_k | mean R_k last 3 rounds | best R_k | eval (det., "
+          f"{args.eval_episodes} ep.) | wall s | CleanRL PPO @1M |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in results:
+        print(f"| {r['env']} | {r['env_steps']} | {r['final_return']:.0f} | {r['last3_mean']:.0f} "
+              f"| {r['best_return']:.0f} | {r['eval_return']:.0f} +- {r['eval_std']:.0f} "
+              f"| {r['wall_s']:.0f} | {CLEANRL_1M.get(r['env'], 'n/a')} |")
+    print(f"\nwritten: {png}, {summary}, " + ", ".join(r["csv"] for r in results))
+
+
+if __name__ == "__main__":
+    main()

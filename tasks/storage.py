@@ -1,0 +1,118 @@
+"""Keys in a Prefect storage block: how weights go out to actors and batches come back.
+
+Work-pool actors run in other processes, containers or regions, so nothing is passed by
+reference: the backend writes the round's weights once and one small job envelope per actor,
+the actor writes its batch, the backend reads it back. The block is configured in Prefect
+(LocalFileSystem here, AzureBlobStorageContainer for ACI) and named by its slug.
+
+The generic block interface has only read_path and write_path. LocalFileSystem gets a fast
+path (atomic rename on write, so a poller never reads half a file; deletes) because actors on a
+process pool poll it many times a second.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+LOCAL_FS = "local-file-system"
+
+
+class BlockStore:
+    """put/get/delete bytes under string keys in a Prefect storage block."""
+
+    def __init__(self, block: Any, slug: str = ""):
+        self.block = block
+        self.slug = slug
+        self.root: Path | None = None
+        if type(block).__name__ == "LocalFileSystem":
+            self.root = Path(block.basepath or ".").expanduser().resolve()
+
+    @classmethod
+    def load(cls, slug: str, create: bool = False) -> BlockStore:
+        """Load the block `slug` ('block-type/name'); create a local one if asked and missing."""
+        from prefect.blocks.core import Block
+
+        try:
+            return cls(Block.load(slug), slug)
+        except ValueError:
+            if not (create and slug.startswith(f"{LOCAL_FS}/")):
+                raise ValueError(f"storage block {slug!r} not found: create it (deployments/README.md)"
+                                 " or pass another storage_block") from None
+        return cls(create_local_block(slug.split("/", 1)[1]), slug)
+
+    # -- bytes ---------------------------------------------------------------------------
+    def put(self, key: str, data: bytes) -> None:
+        if self.root is not None:
+            path = self.root / key
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)  # readers see the whole file or none of it
+            return
+        self.block.write_path(key, data)
+
+    def get(self, key: str) -> bytes | None:
+        """The bytes at key, or None if nothing is there (yet)."""
+        if self.root is not None:
+            try:
+                return (self.root / key).read_bytes()
+            except FileNotFoundError:
+                return None
+        try:
+            return self.block.read_path(key)
+        except Exception as exc:  # each block raises its own 'not found'
+            if _is_not_found(exc):
+                return None
+            raise
+
+    def delete(self, *keys: str) -> None:
+        """Best effort: local files are removed; on blob stores a lifecycle rule expires them."""
+        if self.root is None:
+            return
+        for key in keys:
+            with contextlib.suppress(OSError):
+                (self.root / key).unlink(missing_ok=True)
+
+    def delete_prefix(self, prefix: str) -> None:
+        if self.root is None:
+            return
+        import shutil
+
+        shutil.rmtree(self.root / prefix, ignore_errors=True)
+
+    # -- objects -------------------------------------------------------------------------
+    def put_obj(self, key: str, obj: Any) -> None:
+        self.put(key, pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def get_obj(self, key: str) -> Any | None:
+        data = self.get(key)
+        return None if data is None else pickle.loads(data)
+
+
+def _is_not_found(exc: Exception) -> bool:
+    name = type(exc).__name__
+    return (isinstance(exc, FileNotFoundError) or "NotFound" in name
+            or "does not exist" in str(exc) or "BlobNotFound" in str(exc))
+
+
+def create_local_block(name: str, basepath: str | Path | None = None) -> Any:
+    """Save a LocalFileSystem block `name` under PREFECT_HOME/minionsrl-storage (or basepath)."""
+    from prefect.filesystems import LocalFileSystem
+    from prefect.settings import PREFECT_HOME
+
+    path = Path(basepath or Path(PREFECT_HOME.value()) / "minionsrl-storage").expanduser().resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    block = LocalFileSystem(basepath=str(path))
+    block.save(name, overwrite=True)
+    return block
+
+
+def new_token() -> str:
+    return uuid.uuid4().hex[:12]
