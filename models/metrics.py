@@ -91,6 +91,10 @@ def round_metrics(batches: list[RolloutBatch], learner_s: float, wall_s: float,
     }
     for key in ("dispatch_s", "queue_s", "startup_s", "weight_load_s", "sampling_s", "upload_s"):
         out[f"time/actor_{key}"] = float(np.mean([p[key] for p in phases]))
+    for key in ("cold_start", "weight_transfer_s", "infra_startup_s", "boot_s"):
+        values = [b.timings[key] for b in batches if key in b.timings]
+        if values:  # reported by some backends only (cold_start: fraction of actors started cold)
+            out[f"time/actor_{key}"] = float(np.mean(values))
     sampling = sum(p["sampling_s"] for p in phases)
     out["perf/actor_steps_per_s"] = steps / sampling if sampling > 0 else math.nan
     return out
