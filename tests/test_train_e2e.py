@@ -83,10 +83,10 @@ def test_bad_input_fails_before_any_actor_or_run(prefect_api_url, mlflow_uri, tm
     assert runs == []
 
 
-def test_budget_is_a_hard_limit(prefect_api_url, mlflow_uri, tmp_path):
+def test_budget_stops_before_a_round_that_would_overspend(prefect_api_url, mlflow_uri, tmp_path):
+    from flows.session import BUDGET_MARGIN
     from flows.train import train
 
-    # Enough for about two rounds of 2 actors: the third is not started.
     first = train(env="CartPole-v1", scheduler="fixed:2", max_rounds=1, fragment=128, seed=1,
                   tracking_uri=mlflow_uri, checkpoint_dir=str(tmp_path / "a"))
     budget = first["cost_usd"] * 2.5
@@ -94,8 +94,13 @@ def test_budget_is_a_hard_limit(prefect_api_url, mlflow_uri, tmp_path):
                     budget_usd=budget, target_return=10_000.0, tracking_uri=mlflow_uri,
                     checkpoint_dir=str(tmp_path / "b"))
     assert summary["stop_reason"] == "budget_spent"
-    assert summary["cost_usd"] <= budget
     assert 1 <= summary["rounds"] < 50
+    costs = [r["cost/round_usd"] for r in summary["history"]]
+    # every round after the first was started only when the previous round's cost, with the
+    # margin, said it fitted in what was left; and the next one would not have fitted
+    for k in range(1, len(costs)):
+        assert costs[k - 1] * BUDGET_MARGIN <= budget - sum(costs[:k]) + 1e-15
+    assert costs[-1] * BUDGET_MARGIN > budget - sum(costs)
 
 
 def test_a_crashed_run_resumes_without_losing_a_round(prefect_api_url, mlflow_uri, tmp_path,

@@ -151,4 +151,4 @@ def test_cold_actor_slower_than_its_timeout_is_cancelled(stack):
         runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(like_="actor-r0-a0-")))
     hung = [r for r in runs if r.parameters.get("prefix") == backend.prefix]
     assert len(hung) == 1
-    assert wait_final(stack, hung[0].id).state.is_cancelled()
+    assert wait_final(stack, hung[0].id, timeout_s=240.0).state.is_cancelled()
