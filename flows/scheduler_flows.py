@@ -58,6 +58,17 @@ MAX_CONCURRENCY = 16
 NO_TARGET = 1e8  # presets without a published target use 1e9: "run until budget or K"
 
 
+def registered_threshold(env: str) -> float | None:
+    """gymnasium's reward_threshold for env (Acrobot-v1: -100), or None."""
+    import gymnasium
+
+    try:
+        threshold = gymnasium.spec(env).reward_threshold
+    except Exception:  # an id gymnasium does not know: the preset check has already said so
+        return None
+    return None if threshold is None else float(threshold)
+
+
 def _not_a_config_error(task, task_run, state) -> bool:
     """Retry an episode that failed for a transient reason, never a bad parameter."""
     try:
@@ -124,7 +135,8 @@ def train_scheduler(
     """Train the learned scheduler by PPO over complete training runs of `env`.
 
     Args:
-        env: the workload every episode trains (its preset fills J, B, K, fragment).
+        env: the workload every episode trains (its preset fills J, B, K, fragment; without a
+            preset target, J is gymnasium's reward_threshold for the env).
         episodes: scheduler episodes in all (a resumed run counts those already done).
         batch_episodes: episodes per PPO update of the scheduler (1 = update after each).
         concurrency: episodes of a batch run at the same time (each its own `train` run).
@@ -156,8 +168,11 @@ def train_scheduler(
                                       budget_usd=budget_usd, max_rounds=max_rounds, i_max=i_max,
                                       fragment=fragment, ppo=ppo)  # fail here, not in episode 0
     if workload_cfg.target_return >= NO_TARGET:
-        raise ConfigError(f"{env} has no target return in its preset: pass target_return (J); the "
-                          "scheduler's reward needs one")
+        target_return = registered_threshold(env)
+        if target_return is None:
+            raise ConfigError(f"{env} has no target return in its preset nor a gymnasium "
+                              "reward_threshold: pass target_return (J); the scheduler's reward needs one")
+        logger.info("%s: no preset target; using gymnasium's reward_threshold J = %s", env, target_return)
     tracker = RunTracker(tracking_uri)
     experiment = experiment or f"minionsrl-scheduler/{env}"
     ckpt_root = Path(checkpoint_dir or project_root() / "checkpoints")
@@ -172,12 +187,15 @@ def train_scheduler(
         with tempfile.TemporaryDirectory() as tmp:
             try:
                 local = tracker.client.download_artifacts(resume_run_id, f"{ARTIFACT_DIR}/{ARTIFACT_NAME}", tmp)
-            except Exception as exc:  # MlflowException, OSError
+                sched_agent, _, meta = load_scheduler(local, overrides)
+            except Exception as exc:  # MlflowException, OSError, ConfigError
                 tracker.finish("FAILED")
-                raise ConfigError(f"run {resume_run_id} has no {ARTIFACT_DIR}/{ARTIFACT_NAME} to resume from "
-                                  f"(it stopped before its first update?): start a new training") from exc
-            sched_agent, _, meta = load_scheduler(local, overrides)
+                raise ConfigError(f"run {resume_run_id} has no usable {ARTIFACT_DIR}/{ARTIFACT_NAME} to "
+                                  f"resume from (it stopped before its first update?): {exc}") from exc
         done = int(meta.get("progress", {}).get("episodes_done", 0))
+        previous = next((e for e in meta.get("trained_on", []) if e.get("mlflow_run_id") == resume_run_id), None)
+        if previous is not None:  # the run's own workload and seeds, whatever was passed now
+            workload, seed = previous["workload"], previous["seed"]
         logger.info("resuming scheduler training run %s after %d episodes", resume_run_id, done)
     else:
         source = None

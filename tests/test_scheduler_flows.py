@@ -1,22 +1,24 @@
 """End to end: train-scheduler on a real Prefect API and MLflow store, then `train` with its result.
 
-Three tiny workload runs in all (CartPole-v1, i_max 4, two rounds of 128-step fragments).
+Two tiny workload runs in all (CartPole-v1, i_max 4, two rounds of 128-step fragments, one worker).
 """
 
 from __future__ import annotations
+
+import math
 
 import pytest
 from mlflow.tracking import MlflowClient
 
 pytestmark = pytest.mark.e2e
 
-TINY = {"env": "CartPole-v1", "i_max": 4, "max_rounds": 2, "fragment": 128, "local_workers": 2}
+TINY = {"env": "CartPole-v1", "i_max": 4, "max_rounds": 2, "fragment": 128, "local_workers": 1}
 
 
 def test_train_scheduler_resume_and_train_with_it(prefect_api_url, mlflow_uri, tmp_path, monkeypatch):
     from flows.scheduler_flows import train_scheduler
-    from flows.train import train
-    from models.scheduler_agent import load_scheduler
+    from models.scheduler_agent import LearnedScheduler, load_scheduler
+    from models.schedulers import RoundState, make_scheduler
 
     ckpt_dir = str(tmp_path / "ckpt")
     first = train_scheduler(episodes=1, batch_episodes=1, tracking_uri=mlflow_uri,
@@ -53,14 +55,20 @@ def test_train_scheduler_resume_and_train_with_it(prefect_api_url, mlflow_uri, t
     assert meta["progress"] == {"episodes_done": 2, "updates": 2}
     assert meta["trained_on"][0]["env"] == "CartPole-v1" and meta["trained_on"][0]["episodes"] == 2
 
-    # `train` with the learned scheduler, loaded by MLflow URI (a path is covered by the episodes).
+    # Every episode was a `train` run with scheduler='learned:<path>:sample': its trace is the
+    # actor counts the run used.
+    for e in first["episodes"] + result["episodes"]:
+        child = client.get_run(e["run_id"])
+        assert child.data.tags["minionsrl.scheduler"] == "learned"
+        logged = [m.value for m in sorted(client.get_metric_history(e["run_id"], "sched/actors"),
+                                          key=lambda m: m.step)]
+        assert logged == e["actors"]
+
+    # The trained scheduler loads by MLflow URI too (greedy), for `train(scheduler=...)`.
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_uri)
-    summary = train(scheduler=f"learned:{result['artifact_uri']}", seed=5, tracking_uri=mlflow_uri,
-                    checkpoint_dir=ckpt_dir, **TINY)
-    assert summary["scheduler"] == "learned"
-    trace = summary["scheduler_trace"]
-    assert trace["mode"] == "greedy" and trace["i_max"] == 4
-    assert [s["actors"] for s in trace["steps"]] == [h["sched/actors"] for h in summary["history"]]
+    sched = make_scheduler(f"learned:{result['artifact_uri']}", 4, 2, 475.0, budget_usd=0.05)
+    assert isinstance(sched, LearnedScheduler) and sched.mode == "greedy"
+    assert 1 <= sched.choose(RoundState(0, 0.0, math.nan, 0.0, 0.0, 0.0, 0.05)) <= 4
 
 
 # -- the experiments' pure helpers (no Prefect run) ---------------------------------------------
@@ -89,10 +97,16 @@ def test_aggregate_mean_std_over_seeds():
     ([3, 9], (3.0, 9.0, float("nan"))),
 ])
 def test_phases_are_thirds_of_the_run(actors, expected):
-    import math
-
     from flows.experiments import phases
 
     got = phases(actors)
     for g, e in zip(got, expected, strict=True):
         assert (math.isnan(g) and math.isnan(e)) or g == pytest.approx(e)
+
+
+@pytest.mark.parametrize(("env", "expected"), [("Acrobot-v1", -100.0), ("CartPole-v1", 475.0),
+                                               ("Pendulum-v1", None), ("NoSuchEnv-v0", None)])
+def test_scheduler_training_falls_back_to_gymnasiums_threshold(env, expected):
+    from flows.scheduler_flows import registered_threshold
+
+    assert registered_threshold(env) == expected
