@@ -38,13 +38,14 @@ from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
 
 from flows.local_api import prefect_api  # noqa: E402
 from flows.tracking import RunTracker, project_root  # noqa: E402
-from flows.train import train  # noqa: E402
+from flows.train import fetch_scheduler_checkpoint, train  # noqa: E402
 from models.config import ConfigError  # noqa: E402
 from models.presets import resolve_run_config  # noqa: E402
 from models.scheduler_agent import (  # noqa: E402
     AgentConfig,
     Episode,
     SchedulerAgent,
+    is_mlflow_uri,
     load_scheduler,
     resolve_checkpoint,
     rewards_from_summary,
@@ -200,8 +201,10 @@ def train_scheduler(
     else:
         source = None
         if init_from:
-            source = resolve_checkpoint(init_from, tracker.tracking_uri)
-            sched_agent, _, meta = load_scheduler(source, overrides)
+            with tempfile.TemporaryDirectory() as tmp:  # an MLflow URI: from this flow's store
+                source = (fetch_scheduler_checkpoint(init_from, tracker.tracking_uri, tmp)
+                          if is_mlflow_uri(init_from) else resolve_checkpoint(init_from))
+                sched_agent, _, meta = load_scheduler(source, overrides)
             if sched_agent.i_max != i_max:
                 raise ConfigError(f"{init_from} was trained for i_max={sched_agent.i_max}, not {i_max}")
         else:

@@ -13,6 +13,7 @@ import json
 import math
 import os
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -34,8 +35,42 @@ from models.config import ConfigError, config_from_dict  # noqa: E402
 from models.cost import PriceTable  # noqa: E402
 from models.presets import resolve_run_config  # noqa: E402
 from models.rollout import RolloutBatch  # noqa: E402
+from models.scheduler_agent import is_mlflow_uri, parse_learned_spec  # noqa: E402
 from tasks.backends import BACKENDS, ActorBackend, make_backend  # noqa: E402
 from tasks.rounds import ActorFailure, evaluate, rollout, schedule, update  # noqa: E402
+
+
+def fetch_scheduler_checkpoint(ref: str, tracking_uri: str, dest: str | Path) -> Path:
+    """Download the scheduler checkpoint an MLflow URI names (runs:/<id>/scheduler/scheduler.pt,
+    models:/...) from `tracking_uri`, never from MLFLOW_TRACKING_URI or a default, into the
+    folder `dest`; a folder artifact gives its first .pt file."""
+    import mlflow.artifacts
+
+    try:
+        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=ref, tracking_uri=tracking_uri,
+                                                         dst_path=str(dest)))
+    except Exception as exc:  # MlflowException, OSError: say which URI and store failed
+        raise ConfigError(f"cannot download scheduler checkpoint {ref!r} from {tracking_uri}: {exc}") from exc
+    if local.is_dir():
+        found = sorted(local.rglob("*.pt"))
+        if not found:
+            raise ConfigError(f"no .pt scheduler checkpoint under {ref!r} in {tracking_uri}")
+        local = found[0]
+    return local
+
+
+def localise_scheduler_spec(spec: str | None, tracking_uri: str, dest_root: str | Path) -> str | None:
+    """'learned:<MLflow URI>[:mode]' -> 'learned:<local copy>:<mode>', the copy downloaded from
+    `tracking_uri` into a fresh folder under dest_root (kept: a resumed run loads it again).
+    Every other spec comes back unchanged."""
+    if spec is None or spec.strip().lower().split(":")[0] != "learned":
+        return spec
+    ref, mode = parse_learned_spec(spec)
+    if not is_mlflow_uri(ref):
+        return spec
+    Path(dest_root).mkdir(parents=True, exist_ok=True)
+    local = fetch_scheduler_checkpoint(ref, tracking_uri, tempfile.mkdtemp(prefix="scheduler-", dir=dest_root))
+    return f"learned:{local}:{mode}"
 
 
 class RoundFailedError(RuntimeError):
@@ -110,7 +145,9 @@ def train(
 
     Args:
         env: gymnasium env id; its preset (models/data/presets.toml) fills what is left unset.
-        scheduler: fixed:N, max, adapt, increase:N[:step[:every]] or decrease:N[:step[:every]].
+        scheduler: fixed:N, max, adapt, increase:N[:step[:every]], decrease:N[:step[:every]] or
+            learned[:<path, packaged name or MLflow URI>][:sample]; an MLflow URI is downloaded
+            from this run's tracking_uri (into checkpoint_dir/scheduler-artifacts).
         target_return: J; training stops once a round's mean episode return reaches it.
         budget_usd: B; a hard limit: a round the last round's cost says would overspend is not run.
         max_rounds: K; at most this many rounds.
@@ -146,9 +183,15 @@ def train(
     if eval_every < 0 or eval_episodes < 1:
         raise ConfigError("eval_every must be >= 0 and eval_episodes >= 1")
     resume_state = load_checkpoint(resume) if resume else None
+    tracker = RunTracker(tracking_uri)
+    ckpt_root = Path(checkpoint_dir or project_root() / "checkpoints")
+    scheduler_source = scheduler
     if resume_state is not None:  # the run's own configuration, not this call's parameters
         cfg = config_from_dict(resume_state["config"])
     else:
+        # A learned scheduler named by MLflow URI comes from this run's store (tracking_uri).
+        scheduler = localise_scheduler_spec(scheduler, tracker.tracking_uri,
+                                            ckpt_root / "scheduler-artifacts")
         cfg = resolve_run_config(env, backends=BACKENDS, scheduler=scheduler,
                                  target_return=target_return, budget_usd=budget_usd,
                                  max_rounds=max_rounds, i_max=i_max, fragment=fragment,
@@ -167,7 +210,6 @@ def train(
     except TypeError as exc:  # an option this backend does not take
         raise ConfigError(f"backend_options for {cfg.backend!r}: {exc}") from exc
     status = "FAILED"
-    tracker = RunTracker(tracking_uri)
     try:
         with ThreadPoolExecutor(1) as opener:
             opening = opener.submit(tracker.open)
@@ -187,10 +229,11 @@ def train(
         tags = {"minionsrl.scheduler": session.scheduler.name, "minionsrl.backend": cfg.backend}
         if parent_run_id:
             tags["mlflow.parentRunId"] = parent_run_id
+        if scheduler_source != scheduler:  # the MLflow URI the local copy came from
+            tags["minionsrl.scheduler_source"] = str(scheduler_source).strip()
         session.run_id = tracker.start(experiment or f"minionsrl/{cfg.env_id}", run_name,
                                        params=run_params(cfg, prices), tags=tags)
-    ckpt_path = (Path(resume).resolve() if resume else
-                 Path(checkpoint_dir or project_root() / "checkpoints") / session.run_id / "latest.pt")
+    ckpt_path = Path(resume).resolve() if resume else ckpt_root / session.run_id / "latest.pt"
     try:
         run_round = round_flow(session, actor_backend)
         # Round subflows skip heartbeats: each costs up to 1 s at flow exit (the heartbeat

@@ -8,7 +8,7 @@ Read top to bottom:
 4. `LearnedScheduler`: the Scheduler protocol around an agent, greedy or sampling, with a trace;
 5. checkpoints: one torch file with the weights, the optimiser and how it was trained.
 
-Pure torch/numpy: no Prefect, no environment. The flows in flows/scheduler_flows.py run the
+Pure torch/numpy: no Prefect, no MLflow, no environment. The flows in flows/scheduler_flows.py run the
 episodes and call `SchedulerAgent.update` with what `LearnedScheduler.trace` recorded.
 """
 
@@ -571,35 +571,35 @@ def shipped_checkpoint(name: str = SHIPPED) -> Path:
     return path
 
 
-def resolve_checkpoint(ref: str, tracking_uri: str | None = None) -> Path:
-    """A scheduler checkpoint path from a file path, a packaged name or an MLflow URI.
+MLFLOW_SCHEMES = ("runs:/", "models:/", "mlflow-artifacts:/")
 
-    MLflow URIs (runs:/<id>/scheduler/scheduler.pt, models:/..., mlflow-artifacts:/...,
-    file://...) are downloaded with mlflow.artifacts.download_artifacts from `tracking_uri`,
-    else MLFLOW_TRACKING_URI, else the project's default store (./mlruns/mlflow.db, as
-    flows/tracking.py uses) when it exists.
+
+def is_mlflow_uri(ref: str) -> bool:
+    """True for a reference only an MLflow store can resolve (runs:/, models:/, http(s)://, ...).
+
+    file:// URIs and plain paths are local and resolved here."""
+    ref = ref.strip()
+    return ref.startswith(MLFLOW_SCHEMES) or ("://" in ref and not ref.startswith("file://"))
+
+
+def resolve_checkpoint(ref: str) -> Path:
+    """A local scheduler checkpoint from a file path, a file:// URI or a packaged name.
+
+    MLflow URIs (runs:/<id>/scheduler/scheduler.pt, models:/...) are not resolved here: which
+    MLflow store they name is the run's business, so the flows download them from the run's
+    tracking URI first (flows/train.py `localise_scheduler_spec`) and pass the local path.
     """
     ref = ref.strip()
     if ref in ("", SHIPPED):
         return shipped_checkpoint(SHIPPED)
-    if "://" in ref or ref.startswith(("runs:/", "models:/")):
-        import os
+    if is_mlflow_uri(ref):
+        raise ConfigError(f"scheduler checkpoint {ref!r} is an MLflow URI: download it from its "
+                          "tracking store first (flows/train.py localise_scheduler_spec does; "
+                          "train(scheduler='learned:<uri>') does it with its tracking_uri)")
+    if ref.startswith("file://"):
+        from urllib.parse import unquote, urlparse
 
-        import mlflow.artifacts
-
-        if tracking_uri is None and not os.environ.get("MLFLOW_TRACKING_URI"):
-            store = Path(__file__).resolve().parents[1] / "mlruns" / "mlflow.db"
-            tracking_uri = f"sqlite:///{store}" if store.exists() else None
-        try:
-            local = Path(mlflow.artifacts.download_artifacts(artifact_uri=ref, tracking_uri=tracking_uri))
-        except Exception as exc:  # MlflowException, OSError: say which URI failed
-            raise ConfigError(f"cannot download scheduler checkpoint {ref!r}: {exc}") from exc
-        if local.is_dir():
-            found = sorted(local.rglob("*.pt"))
-            if not found:
-                raise ConfigError(f"no .pt scheduler checkpoint under {ref!r}")
-            local = found[0]
-        return local
+        ref = unquote(urlparse(ref).path)
     path = Path(ref).expanduser()
     if not path.exists():
         raise ConfigError(f"no scheduler checkpoint at {path}")
@@ -621,7 +621,8 @@ def parse_learned_spec(spec: str) -> tuple[str, str]:
 
 def make_learned_scheduler(spec: str, i_max: int, max_rounds: int, target_return: float,
                            budget_usd: float | None = None, seed: int = 0) -> LearnedScheduler:
-    """The scheduler for 'learned[:<path or MLflow URI>][:sample]' on this workload."""
+    """The scheduler for 'learned[:<path or packaged name>][:sample]' on this workload (an MLflow
+    URI must have been localised by the flow first: see `resolve_checkpoint`)."""
     ref, mode = parse_learned_spec(spec)
     path = resolve_checkpoint(ref)
     agent, norm_config, _ = load_scheduler(path)

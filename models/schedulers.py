@@ -135,8 +135,10 @@ def make_scheduler(spec: str, i_max: int, max_rounds: int, target_return: float,
     """Parse 'fixed:N', 'max', 'adapt', 'increase:N[:step[:every]]', 'decrease:N[:step[:every]]'.
 
     budget_usd and seed are for schedulers that need them (the learned scheduler).
-    'learned[:<path or MLflow URI>][:sample]' loads a trained scheduler (models/scheduler_agent.py);
-    without a path, the packaged CartPole-v1 one. Its path keeps its case and colons.
+    'learned[:<path>][:sample]' loads a trained scheduler (models/scheduler_agent.py); without a
+    path, the packaged CartPole-v1 one. Its path keeps its case and colons. An MLflow URI
+    ('learned:runs:/<id>/scheduler/scheduler.pt') is downloaded by the `train` flow from its own
+    tracking store before the scheduler is built (flows/train.py localise_scheduler_spec).
     """
     if spec.strip().lower().split(":")[0] == "learned":
         from models.scheduler_agent import make_learned_scheduler

@@ -24,9 +24,11 @@ from models.scheduler_agent import (
     StateNormaliser,
     compute_gae,
     episode_rewards,
+    is_mlflow_uri,
     load_scheduler,
     make_learned_scheduler,
     parse_learned_spec,
+    resolve_checkpoint,
     save_scheduler,
     shipped_checkpoint,
     terminal_penalty,
@@ -356,6 +358,37 @@ def test_make_scheduler_learned_by_path(tmp_path):
     torch.save({"weights": 1}, not_ours)
     with pytest.raises(ConfigError, match="not a scheduler checkpoint"):
         make_scheduler(f"learned:{not_ours}", 4, 20, 475.0)
+
+
+@pytest.mark.parametrize(("ref", "expected"), [
+    ("runs:/abc/scheduler/scheduler.pt", True), ("models:/sched/1", True),
+    ("mlflow-artifacts:/1/abc/artifacts/scheduler.pt", True), ("http://host/x.pt", True),
+    ("file:///tmp/x.pt", False), ("/tmp/runs/x.pt", False), ("cartpole", False), ("", False),
+])
+def test_is_mlflow_uri(ref, expected):
+    assert is_mlflow_uri(ref) is expected
+
+
+def test_models_resolve_only_local_checkpoints(tmp_path):
+    """Which MLflow store a URI names is the run's business (flows/train.py downloads it from
+    train's tracking_uri); models/ refuses rather than guessing one from the environment."""
+    path = save_scheduler(tmp_path / "a b" / "s.pt", SchedulerAgent(4, seed=0))
+    assert resolve_checkpoint(str(path)) == path
+    assert resolve_checkpoint(path.as_uri()) == path  # file:// is local
+    assert resolve_checkpoint("") == resolve_checkpoint("cartpole") == shipped_checkpoint()
+    with pytest.raises(ConfigError, match="MLflow URI"):
+        make_scheduler("learned:runs:/abc/scheduler/scheduler.pt", 4, 20, 475.0)
+
+
+def test_models_never_import_mlflow():
+    import ast
+    from pathlib import Path
+
+    for path in sorted((Path(__file__).resolve().parents[1] / "models").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not any(n.split(".")[0] == "mlflow" for n in names), f"{path.name} imports mlflow"
 
 
 def test_the_packaged_scheduler_loads():

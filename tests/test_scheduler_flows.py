@@ -6,8 +6,10 @@ Two tiny workload runs in all (CartPole-v1, i_max 4, two rounds of 128-step frag
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
+import torch
 from mlflow.tracking import MlflowClient
 
 pytestmark = pytest.mark.e2e
@@ -17,8 +19,7 @@ TINY = {"env": "CartPole-v1", "i_max": 4, "max_rounds": 2, "fragment": 128, "loc
 
 def test_train_scheduler_resume_and_train_with_it(prefect_api_url, mlflow_uri, tmp_path, monkeypatch):
     from flows.scheduler_flows import train_scheduler
-    from models.scheduler_agent import LearnedScheduler, load_scheduler
-    from models.schedulers import RoundState, make_scheduler
+    from models.scheduler_agent import load_scheduler
 
     ckpt_dir = str(tmp_path / "ckpt")
     first = train_scheduler(episodes=1, batch_episodes=1, tracking_uri=mlflow_uri,
@@ -64,11 +65,72 @@ def test_train_scheduler_resume_and_train_with_it(prefect_api_url, mlflow_uri, t
                                           key=lambda m: m.step)]
         assert logged == e["actors"]
 
-    # The trained scheduler loads by MLflow URI too (greedy), for `train(scheduler=...)`.
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_uri)
-    sched = make_scheduler(f"learned:{result['artifact_uri']}", 4, 2, 475.0, budget_usd=0.05)
-    assert isinstance(sched, LearnedScheduler) and sched.mode == "greedy"
+    # `train(scheduler='learned:runs:/...')` loads it from train's tracking_uri, whatever
+    # MLFLOW_TRACKING_URI says (here: another store, which does not have the run).
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{elsewhere / 'mlflow.db'}")
+    from flows.train import train
+
+    summary = train(scheduler=f"learned:{result['artifact_uri']}", tracking_uri=mlflow_uri,
+                    checkpoint_dir=ckpt_dir, **{**TINY, "max_rounds": 1})
+    assert summary["tracking_uri"] == mlflow_uri and summary["rounds"] == 1
+    assert summary["scheduler_trace"]["mode"] == "greedy"
+    tags = client.get_run(summary["run_id"]).data.tags
+    assert tags["minionsrl.scheduler"] == "learned"
+    assert tags["minionsrl.scheduler_source"] == f"learned:{result['artifact_uri']}"
+    assert not (elsewhere / "artifacts").exists()
+
+
+def _logged_scheduler(mlflow_uri, tmp_path):
+    """A scheduler checkpoint logged the way train-scheduler logs it, in a non-default store."""
+    from flows.scheduler_flows import ARTIFACT_DIR, ARTIFACT_NAME
+    from flows.tracking import RunTracker
+    from models.scheduler_agent import SchedulerAgent, save_scheduler
+
+    agent = SchedulerAgent(4, seed=3)
+    path = save_scheduler(tmp_path / "made" / ARTIFACT_NAME, agent)
+    tracker = RunTracker(mlflow_uri)
+    run_id = tracker.start("schedulers", "logged", params={})
+    tracker.log_artifact(path, ARTIFACT_DIR)
+    tracker.finish()
+    return agent, f"runs:/{run_id}/{ARTIFACT_DIR}/{ARTIFACT_NAME}"
+
+
+@pytest.mark.parametrize("ambient", ["unset", "elsewhere"])
+def test_learned_runs_uri_comes_from_trains_tracking_uri(mlflow_uri, tmp_path, monkeypatch, ambient):
+    """What train does with scheduler='learned:runs:/...': download from its own tracking_uri
+    (never MLFLOW_TRACKING_URI), then build the scheduler from the local copy."""
+    from flows.train import localise_scheduler_spec
+    from models.config import ConfigError
+    from models.scheduler_agent import LearnedScheduler, parse_learned_spec
+    from models.schedulers import RoundState, make_scheduler
+
+    agent, uri = _logged_scheduler(mlflow_uri, tmp_path)
+    other = f"sqlite:///{tmp_path / 'elsewhere.db'}"
+    if ambient == "unset":
+        monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    else:
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", other)
+    dest = tmp_path / "downloads"
+
+    spec = localise_scheduler_spec(f"learned:{uri}:sample", mlflow_uri, dest)
+    ref, mode = parse_learned_spec(spec)
+    assert mode == "sample" and Path(ref).is_file() and dest in Path(ref).parents
+    sched = make_scheduler(spec, 4, 10, 475.0, budget_usd=0.05, seed=1)
+    assert isinstance(sched, LearnedScheduler) and sched.mode == "sample"
+    for key, value in agent.policy.state_dict().items():
+        assert torch.equal(sched.agent.policy.state_dict()[key], value), key
     assert 1 <= sched.choose(RoundState(0, 0.0, math.nan, 0.0, 0.0, 0.0, 0.05)) <= 4
+    greedy = localise_scheduler_spec(f"learned:{uri}", mlflow_uri, dest)
+    assert parse_learned_spec(greedy)[1] == "greedy" and greedy != spec  # a fresh copy each run
+
+    # The store matters: the run is not in another one, and the error names the store asked.
+    with pytest.raises(ConfigError, match="elsewhere.db"):
+        localise_scheduler_spec(f"learned:{uri}", other, dest)
+    # Everything but an MLflow URI passes through untouched.
+    for plain in (None, "fixed:8", "learned", "learned:cartpole:sample", f"learned:{ref}"):
+        assert localise_scheduler_spec(plain, mlflow_uri, dest) == plain
 
 
 # -- the experiments' pure helpers (no Prefect run) ---------------------------------------------
