@@ -29,5 +29,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
+# The quick benchmarks in sequence (benchmarks/run_all.py; its docstring lists them and the
+# slow ones left out, with their commands).
 bench: $(VENV)/.bench
 	$(PY) -m benchmarks.run_all
