@@ -175,10 +175,8 @@ def main() -> None:
     with prefect_api():
         print(f"temporary Prefect API up in {time.perf_counter() - t0:.1f} s (not counted)", flush=True)
         for seed in args.seeds:  # alternate, so machine load drifts hit both sides alike
-            for run in (lambda: sb3_run(args.env, seed, steps, window, args.eval_episodes, args.target),
-                        lambda: ours_run(args.env, seed, rounds, tracking_uri, args.eval_episodes,
-                                         args.target)):
-                row = run()
+            for run, run_args in ((sb3_run, (steps, window)), (ours_run, (rounds, tracking_uri))):
+                row = run(args.env, seed, *run_args, args.eval_episodes, args.target)
                 rows.append(row)
                 brief = {k: (round(v, 1) if isinstance(v, float) else v)
                          for k, v in row.items() if k != "curve"}
@@ -189,8 +187,8 @@ def main() -> None:
     lines = [
         f"{args.env}, {steps} env steps each, seeds {args.seeds}: medians over seeds",
         "",
-        "| | wall s | last R (last window) | best R | eval (det., 5 ep.) | steps to R>=%g | reached |"
-        % args.target,
+        f"| | wall s | last R (last window) | best R | eval (det., 5 ep.) | steps to R>={args.target:g} "
+        "| reached |",
         "|---|---|---|---|---|---|---|",
     ]
     for name, group in (("MinionsRL Fixed(8), train flow", ours), ("SB3 PPO, RL-Zoo Hopper", sb3)):
