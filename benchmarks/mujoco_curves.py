@@ -6,7 +6,15 @@ complete), then its final policy is evaluated with deterministic actions on whol
 Writes benchmarks/results/<env>_seed<seed>_curve.csv (round, env_steps, R_k, round wall s)
 and one PNG with all curves.
 
-    .venv/bin/python -m benchmarks.mujoco_curves --envs HalfCheetah-v5 Humanoid-v5 --seed 0
+CleanRL publishes its curves as plots (and its 1M-step result as a number); the values at 200k
+steps are not published as numbers we could read here. So, with --peer, the same run also trains
+the peer that those curves come from, measured in this run: Stable-Baselines3 PPO configured
+exactly as CleanRL's ppo_continuous_action.py (1 env, 2048 steps per rollout, minibatch 64,
+10 epochs, lr 3e-4 annealed linearly over CleanRL's 1M steps, gamma 0.99, lambda 0.95, clip 0.2,
+value clipping 0.2, ent 0, vf 0.5, grad norm 0.5, obs and reward normalisation clipped at 10,
+64x64 tanh, log-std 0), and reports its mean return over the same 8 x fragment windows.
+
+    .venv/bin/python -m benchmarks.mujoco_curves --envs HalfCheetah-v5 Humanoid-v5 --seed 0 --peer
 
 R_k is the mean return of the episodes that finished inside round k. HalfCheetah never ends an
 episode early (always 1000 steps), so its fragment must be >= 1000 for R_k to exist at all.
@@ -22,6 +30,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 
 RESULTS = Path(__file__).resolve().parent / "results"
 N_ACTORS = 8
@@ -65,13 +74,50 @@ def run_one(env_id: str, seed: int, steps: int, tracking_uri: str, eval_episodes
         writer.writerows(rows)
     finite = [r["return"] for r in rows if not math.isnan(r["return"])]
     last3 = [r["return"] for r in rows[-3:] if not math.isnan(r["return"])]
-    return {"env": env_id, "seed": seed, "fragment": fragment, "rounds": len(rows),
+    return {"env": env_id, "who": "ours", "seed": seed, "fragment": fragment, "rounds": len(rows),
             "env_steps": summary["env_steps"], "wall_s": wall,
             "final_return": summary["final_return"],
             "last3_mean": float(np.mean(last3)) if last3 else math.nan,
             "best_return": max(finite) if finite else math.nan,
             "eval_return": ev["eval/return_mean"], "eval_std": ev["eval/return_std"],
             "csv": str(path), "rows": rows}
+
+
+def cleanrl_peer(env_id: str, seed: int, steps: int, window: int) -> dict:
+    """SB3 PPO with CleanRL ppo_continuous_action.py's settings; R over windows of `window` steps."""
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    from benchmarks.mujoco_vs_sb3 import episode_log, window_means
+
+    torch.set_num_threads(1)
+    cleanrl_total = 1_000_000  # CleanRL anneals lr over its full 1M steps
+
+    def lr(progress_remaining: float) -> float:
+        done = (1.0 - progress_remaining) * steps
+        return 3e-4 * (1.0 - done / cleanrl_total)
+
+    started = time.perf_counter()
+    env = VecNormalize(make_vec_env(env_id, n_envs=1, seed=seed), gamma=0.99, clip_obs=10.0,
+                       clip_reward=10.0)
+    model = PPO("MlpPolicy", env, n_steps=2048, batch_size=64, n_epochs=10, learning_rate=lr,
+                gamma=0.99, gae_lambda=0.95, clip_range=0.2, clip_range_vf=0.2, ent_coef=0.0,
+                vf_coef=0.5, max_grad_norm=0.5, seed=seed, device="cpu", verbose=0,
+                policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]),
+                                   activation_fn=torch.nn.Tanh, log_std_init=0.0))
+    log = episode_log()
+    model.learn(total_timesteps=steps, callback=log)
+    wall = time.perf_counter() - started
+    means = window_means(log.ends, log.returns, window, model.num_timesteps)
+    rows = [{"round": k, "env_steps": (k + 1) * window, "return": m, "round_wall_s": math.nan}
+            for k, m in enumerate(means)]
+    finite = [m for m in means if not math.isnan(m)]
+    last3 = [m for m in means[-3:] if not math.isnan(m)]
+    return {"env": env_id, "who": "sb3-cleanrl", "seed": seed, "env_steps": int(model.num_timesteps),
+            "wall_s": wall, "final_return": means[-1] if means else math.nan,
+            "last3_mean": float(np.mean(last3)) if last3 else math.nan,
+            "best_return": max(finite) if finite else math.nan, "rows": rows}
 
 
 def plot(results: list[dict], out: Path) -> None:
@@ -86,7 +132,9 @@ def plot(results: list[dict], out: Path) -> None:
         for r in (r for r in results if r["env"] == env_id):
             xs = [row["env_steps"] for row in r["rows"]]
             ys = [row["return"] for row in r["rows"]]
-            ax.plot(xs, ys, marker=".", label=f"MinionsRL Fixed(8), seed {r['seed']} (R_k)")
+            name = ("MinionsRL Fixed(8)" if r["who"] == "ours"
+                    else "SB3 PPO, CleanRL's settings")
+            ax.plot(xs, ys, marker=".", label=f"{name}, seed {r['seed']}")
         ax.set_title(f"{env_id}  (CleanRL PPO at 1M steps: {CLEANRL_1M.get(env_id, 'n/a')})",
                      fontsize=9)
         ax.set_xlabel("env steps")
@@ -105,6 +153,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200_000)
     parser.add_argument("--eval-episodes", type=int, default=5)
     parser.add_argument("--tracking-uri", default=None)
+    parser.add_argument("--peer", action="store_true",
+                        help="also train SB3 PPO with CleanRL's settings for the same steps")
     args = parser.parse_args()
     from flows.local_api import prefect_api
     from flows.tracking import default_tracking_uri
@@ -115,21 +165,26 @@ def main() -> None:
         for env_id in args.envs:
             r = run_one(env_id, args.seed, args.steps, tracking_uri, args.eval_episodes)
             results.append(r)
-            print({k: (round(v, 1) if isinstance(v, float) else v) for k, v in r.items()
-                   if k != "rows"}, flush=True)
+            if args.peer:
+                window = N_ACTORS * r["fragment"]
+                results.append(cleanrl_peer(env_id, args.seed, r["env_steps"], window))
+            for row in results[-2 if args.peer else -1:]:
+                print({k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items()
+                       if k != "rows"}, flush=True)
     png = RESULTS / f"mujoco_curves_seed{args.seed}.png"
     plot(results, png)
     summary = RESULTS / f"mujoco_curves_seed{args.seed}.json"
     summary.write_text(json.dumps([{k: v for k, v in r.items() if k != "rows"} for r in results],
                                   indent=1))
-    print("\n| env | env steps | final R_k | mean R_k last 3 rounds | best R_k | eval (det., "
-          f"{args.eval_episodes} ep.) | wall s | CleanRL PPO @1M |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("\n| env | who | env steps | final R | mean R last 3 windows | best R | eval (det., "
+          f"{args.eval_episodes} ep.) | wall s | CleanRL PPO @1M (published) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in results:
-        print(f"| {r['env']} | {r['env_steps']} | {r['final_return']:.0f} | {r['last3_mean']:.0f} "
-              f"| {r['best_return']:.0f} | {r['eval_return']:.0f} +- {r['eval_std']:.0f} "
-              f"| {r['wall_s']:.0f} | {CLEANRL_1M.get(r['env'], 'n/a')} |")
-    print(f"\nwritten: {png}, {summary}, " + ", ".join(r["csv"] for r in results))
+        ev = f"{r['eval_return']:.0f} +- {r['eval_std']:.0f}" if "eval_return" in r else "-"
+        print(f"| {r['env']} | {r['who']} | {r['env_steps']} | {r['final_return']:.0f} "
+              f"| {r['last3_mean']:.0f} | {r['best_return']:.0f} | {ev} | {r['wall_s']:.0f} "
+              f"| {CLEANRL_1M.get(r['env'], 'n/a')} |")
+    print(f"\nwritten: {png}, {summary}, " + ", ".join(r["csv"] for r in results if "csv" in r))
 
 
 if __name__ == "__main__":

@@ -55,13 +55,9 @@ def first_reaching(means: list[float], window: int, target: float) -> int | None
     return None
 
 
-def sb3_run(env_id: str, seed: int, steps: int, window: int, eval_episodes: int,
-            target: float) -> dict:
-    from stable_baselines3 import PPO
+def episode_log():
+    """An SB3 callback that records (env step, return) of every finished episode."""
     from stable_baselines3.common.callbacks import BaseCallback
-    from stable_baselines3.common.env_util import make_vec_env
-    from stable_baselines3.common.evaluation import evaluate_policy
-    from stable_baselines3.common.vec_env import VecNormalize
 
     class EpisodeLog(BaseCallback):
         def __init__(self):
@@ -76,6 +72,16 @@ def sb3_run(env_id: str, seed: int, steps: int, window: int, eval_episodes: int,
                     self.returns.append(float(info["episode"]["r"]))
             return True
 
+    return EpisodeLog()
+
+
+def sb3_run(env_id: str, seed: int, steps: int, window: int, eval_episodes: int,
+            target: float) -> dict:
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.vec_env import VecNormalize
+
     torch.set_num_threads(1)
     gamma = 0.999
     started = time.perf_counter()
@@ -86,7 +92,7 @@ def sb3_run(env_id: str, seed: int, steps: int, window: int, eval_episodes: int,
                 policy_kwargs=dict(log_std_init=-2, ortho_init=False, activation_fn=torch.nn.ReLU,
                                    net_arch=dict(pi=[256, 256], vf=[256, 256])),
                 seed=seed, device="cpu", verbose=0)
-    log = EpisodeLog()
+    log = episode_log()
     model.learn(total_timesteps=steps, callback=log)
     wall = time.perf_counter() - started
 
