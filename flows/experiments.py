@@ -8,7 +8,8 @@ Each ends with a plot saved as an MLflow artifact (plots/<name>.png) and as Pref
     python -m flows.experiments compare --seeds 0 1 2 3 4     # learned vs Max vs Adapt vs server
     python -m flows.experiments motivation                    # Fixed vs Increase vs Decrease
     python -m flows.experiments actors-curve                  # the learned scheduler's I_k
-    python -m flows.experiments transfer --env Acrobot-v1     # fine-tune vs from scratch
+    python -m flows.experiments transfer --env Acrobot-v1     # fine-tune the packaged CartPole
+                                                              # scheduler vs from scratch, 10 episodes each
 
 Times are sums of P_k (one core per actor, SPEC §3), never this machine's wall time.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import inspect
 import json
 import math
 import os
@@ -42,13 +44,27 @@ from prefect.artifacts import (  # noqa: E402
 )
 
 from flows.local_api import prefect_api  # noqa: E402
-from flows.scheduler_flows import finetune_scheduler, train_scheduler  # noqa: E402
+from flows.scheduler_flows import (  # noqa: E402
+    WORKLOAD_KEYS,
+    add_workload_arguments,
+    finetune_scheduler,
+    scheduler_target,
+    train_scheduler,
+    workload_arguments,
+)
 from flows.tracking import RunTracker  # noqa: E402
 from flows.train import train  # noqa: E402
+from models.config import ConfigError  # noqa: E402
 from models.cost import PriceTable  # noqa: E402
+from models.scheduler_agent import SHIPPED  # noqa: E402
 
 DEFAULT_EXPERIMENT = "minionsrl-experiments"
-LEARNED = "learned"  # the packaged CartPole-v1 scheduler
+LEARNED = SHIPPED  # the packaged CartPole-v1 scheduler ('learned:cartpole')
+SET_BY_EXPERIMENT = ("env", "scheduler", "seed", "tracking_uri", "experiment", "parent_run_id",
+                     "checkpoint_dir", "resume")
+"""`train` parameters an experiment sets itself; every other one may be given as workload."""
+TRAIN_DEFAULTS = {name: p.default for name, p in inspect.signature(train.fn).parameters.items()
+                  if name not in SET_BY_EXPERIMENT}
 
 # -- pure helpers: statistics and tables -------------------------------------------------------
 
@@ -96,29 +112,64 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
 
 
 def _strip(summary: dict[str, Any]) -> dict[str, Any]:
-    """A summary without its per-round trace, for results.json."""
+    """A summary without its per-round scheduler trace, for results.json."""
     return {k: v for k, v in summary.items() if k != "scheduler_trace"}
+
+
+def stripped(runs: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+    """Every label's summaries without their traces, for results.json."""
+    return {label: [_strip(s) for s in summaries] for label, summaries in runs.items()}
+
+
+def row_metrics(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, float]:
+    """`<scheduler>/<key>` metrics of the table's rows, for the parent MLflow run."""
+    return {f"{r['scheduler'].replace(' ', '_')}/{k}": r[k] for r in rows for k in keys}
+
+
+def learned_spec(ref: str) -> str:
+    """The `train` scheduler for a learned-scheduler checkpoint (path, packaged name, MLflow URI)."""
+    return f"learned:{ref}"
 
 
 # -- shared plumbing ---------------------------------------------------------------------------
 
 
 class Experiment:
-    """The parent MLflow run of one experiment flow, and where its plot and tables go."""
+    """The parent MLflow run of one experiment flow, the `train` runs nested under it, and where
+    its plot and tables go. A context manager: the run ends FINISHED, or FAILED on an exception.
 
-    def __init__(self, name: str, params: dict[str, Any], tracking_uri: str | None,
-                 experiment: str | None):
-        self.name = name
+    `workload` holds the `train` parameters every run of the experiment shares (i_max,
+    target_return, budget_usd, max_rounds, fragment, local_workers, ppo, ...; left out: the
+    env's preset); they are checked by name before the MLflow run starts.
+    """
+
+    def __init__(self, name: str, env: str, params: dict[str, Any], workload: dict[str, Any],
+                 tracking_uri: str | None, experiment: str | None, checkpoint_dir: str | None):
+        unknown = sorted(set(workload) - set(TRAIN_DEFAULTS))
+        if unknown:
+            raise ConfigError(f"{name}: unknown train parameter(s) {unknown}; valid: {sorted(TRAIN_DEFAULTS)}")
+        self.name, self.env, self.workload, self.checkpoint_dir = name, env, dict(workload), checkpoint_dir
         self.tracker = RunTracker(tracking_uri)
         self.experiment = experiment or DEFAULT_EXPERIMENT
         self.run_id = self.tracker.start(self.experiment, f"{name}__{time.strftime('%Y%m%d-%H%M%S')}",
-                                         params=params, tags={"minionsrl.kind": "experiment",
-                                                              "minionsrl.experiment": name})
+                                         params={"env": env, **params, **self.workload},
+                                         tags={"minionsrl.kind": "experiment", "minionsrl.experiment": name})
 
-    def train(self, **kwargs: Any) -> dict[str, Any]:
-        """A nested `train` run in this experiment."""
-        return train(tracking_uri=self.tracker.tracking_uri, experiment=self.experiment,
-                     parent_run_id=self.run_id, **kwargs)
+    def __enter__(self) -> Experiment:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.tracker.finish("FAILED" if exc_type else "FINISHED")
+
+    def setting(self, name: str) -> Any:
+        """A workload value as the runs get it (None: the env's preset)."""
+        return self.workload.get(name, TRAIN_DEFAULTS[name])
+
+    def train(self, scheduler: str, seed: int) -> dict[str, Any]:
+        """A nested `train` run of this experiment's env and workload."""
+        return train(env=self.env, scheduler=scheduler, seed=seed, tracking_uri=self.tracker.tracking_uri,
+                     experiment=self.experiment, parent_run_id=self.run_id,
+                     checkpoint_dir=self.checkpoint_dir, **self.workload)
 
     def publish(self, fig, rows: list[dict[str, Any]], summary_md: str,
                 results: dict[str, Any]) -> dict[str, str]:
@@ -144,16 +195,7 @@ class Experiment:
             key=f"{key}-summary", description=f"{self.name}: summary")
         create_image_artifact(f"data:image/png;base64,{encoded}", key=f"{key}-plot",
                               description=f"{self.name}: plot")
-        return {"plot": plot_uri}
-
-    def finish(self, status: str) -> None:
-        self.tracker.finish(status)
-
-
-def _workload(i_max: int, target_return: float | None, budget_usd: float | None,
-              max_rounds: int | None, fragment: int | None, local_workers: int | None) -> dict[str, Any]:
-    return {"i_max": i_max, "target_return": target_return, "budget_usd": budget_usd,
-            "max_rounds": max_rounds, "fragment": fragment, "local_workers": local_workers}
+        return {"run_id": self.run_id, "plot": plot_uri}
 
 
 def _bars(ax, rows: list[dict[str, Any]], key: str, ylabel: str) -> None:
@@ -180,15 +222,10 @@ def compare_schedulers(
     seeds: list[int] | None = None,
     learned: str = LEARNED,
     baselines: list[str] | None = None,
-    i_max: int = 32,
-    target_return: float | None = None,
-    budget_usd: float | None = None,
-    max_rounds: int | None = None,
-    fragment: int | None = None,
-    local_workers: int | None = None,
     tracking_uri: str | None = None,
     experiment: str | None = None,
     checkpoint_dir: str | None = None,
+    **workload: Any,
 ) -> dict[str, Any]:
     """Time (sum of P_k) and cost to J for the learned scheduler, Max, Adapt and the server-based
     fixed cluster, mean and std over seeds (SPEC §7.1, the paper's Table 2).
@@ -197,25 +234,24 @@ def compare_schedulers(
     and billed as the server cluster (summary `server_cluster_cost_usd`, which includes its
     billed start-up); when i_max is 32 these are the Max runs themselves.
     IMPACT is not run here (no asynchronous learner exists yet).
+    `workload`: `train` parameters of every run (i_max, target_return, budget_usd, ...).
     """
     logger = get_run_logger()
     seeds = [0, 1, 2, 3, 4] if seeds is None else seeds
     baselines = ["max", "adapt"] if baselines is None else baselines
-    work = _workload(i_max, target_return, budget_usd, max_rounds, fragment, local_workers)
-    exp = Experiment("compare_schedulers", {"env": env, "seeds": seeds, "learned": learned,
-                                            "baselines": baselines, **work}, tracking_uri, experiment)
-    status = "FAILED"
-    try:
+    with Experiment("compare_schedulers", env, {"seeds": seeds, "learned": learned, "baselines": baselines},
+                    workload, tracking_uri, experiment, checkpoint_dir) as exp:
+        i_max = exp.setting("i_max")
         server_cores = PriceTable.load().server_actor_cores
         server_spec = "max" if i_max == server_cores else f"fixed:{min(server_cores, i_max)}"
-        specs = {"learned": f"learned:{learned}" if learned != LEARNED else LEARNED}
+        specs = {"learned": learned_spec(learned)}
         specs.update({b: b for b in baselines})
         if server_spec not in specs.values():
             specs[server_spec] = server_spec
         runs: dict[str, list[dict[str, Any]]] = {label: [] for label in specs}
         for seed in seeds:
             for label, spec in specs.items():
-                s = exp.train(env=env, scheduler=spec, seed=seed, checkpoint_dir=checkpoint_dir, **work)
+                s = exp.train(spec, seed)
                 runs[label].append(s)
                 logger.info("%s seed %d: %s in %d rounds, time %.2fs, cost $%.5f", label, seed,
                             s["stop_reason"], s["rounds"], s["time_to_stop_s"], s["cost_usd"])
@@ -223,12 +259,9 @@ def compare_schedulers(
         rows = [aggregate(label, runs[label]) for label in specs]
         rows.append(aggregate("server cluster", runs[server_label], cost_key="server_cluster_cost_usd"))
         by = {r["scheduler"]: r for r in rows}
-        metrics: dict[str, float] = {}
-        for r in rows:
-            tag = r["scheduler"].replace(" ", "_")
-            metrics.update({f"{tag}/time_s_mean": r["time_s_mean"], f"{tag}/time_s_std": r["time_s_std"],
-                            f"{tag}/cost_usd_mean": r["cost_usd_mean"], f"{tag}/cost_usd_std": r["cost_usd_std"],
-                            f"{tag}/reached_frac": r["reached"] / max(r["runs"], 1)})
+        metrics = row_metrics(rows, ("time_s_mean", "time_s_std", "cost_usd_mean", "cost_usd_std"))
+        metrics.update({f"{r['scheduler'].replace(' ', '_')}/reached_frac": r["reached"] / max(r["runs"], 1)
+                        for r in rows})
         checks = {}
         if "max" in by:
             metrics["learned_vs_max/cost_ratio"] = by["learned"]["cost_usd_mean"] / by["max"]["cost_usd_mean"]
@@ -251,12 +284,8 @@ def compare_schedulers(
               "seconds; the server cluster is billed for start-up and all wall time.\n\n"
               + "\n".join(f"- {k}: {'yes' if v else 'no'}" for k, v in checks.items()))
         out = exp.publish(fig, rows, md, {"rows": rows, "metrics": metrics, "checks": checks,
-                                          "runs": {k: [_strip(s) for s in v] for k, v in runs.items()}})
-        status = "FINISHED"
-        return {"run_id": exp.run_id, "rows": rows, "metrics": metrics, "checks": checks, **out,
-                "runs": runs}
-    finally:
-        exp.finish(status)
+                                          "runs": stripped(runs)})
+        return {"rows": rows, "metrics": metrics, "checks": checks, **out, "runs": runs}
 
 
 # -- 2. The CartPole-v1 motivation: Fixed vs Increase vs Decrease ------------------------------
@@ -270,36 +299,27 @@ def motivation(
     step: int = 2,
     every: int = 2,
     max_rounds: int = 12,
-    i_max: int = 32,
-    target_return: float | None = None,
-    budget_usd: float | None = None,
-    fragment: int | None = None,
-    local_workers: int | None = None,
     tracking_uri: str | None = None,
     experiment: str | None = None,
     checkpoint_dir: str | None = None,
+    **workload: Any,
 ) -> dict[str, Any]:
     """Fixed(n) vs Increase vs Decrease (step actors every `every` rounds) at the same total
     actor budget over max_rounds rounds (SPEC §7.2). A run that reaches J stops early, so the
-    table also reports the actor-rounds each actually used."""
+    table also reports the actor-rounds each actually used. `workload`: other `train` parameters."""
     seeds = [0, 1, 2] if seeds is None else seeds
-    work = _workload(i_max, target_return, budget_usd, max_rounds, fragment, local_workers)
     specs = {"fixed": f"fixed:{n}", "increase": f"increase:{n}:{step}:{every}",
              "decrease": f"decrease:{n}:{step}:{every}"}
-    exp = Experiment("motivation", {"env": env, "seeds": seeds, "specs": specs, **work},
-                     tracking_uri, experiment)
-    status = "FAILED"
-    try:
-        runs = {label: [exp.train(env=env, scheduler=spec, seed=seed, checkpoint_dir=checkpoint_dir, **work)
-                        for seed in seeds] for label, spec in specs.items()}
+    with Experiment("motivation", env, {"seeds": seeds, "specs": specs}, {**workload, "max_rounds": max_rounds},
+                    tracking_uri, experiment, checkpoint_dir) as exp:
+        runs = {label: [exp.train(spec, seed) for seed in seeds] for label, spec in specs.items()}
         rows = []
         for label, summaries in runs.items():
             row = aggregate(label, summaries)
             row["actor_rounds_mean"] = mean_std([sum(h["sched/actors"] for h in s["history"])
                                                  for s in summaries])[0]
             rows.append(row)
-        exp.tracker.log_metrics({f"{r['scheduler']}/{k}": r[k] for r in rows
-                                 for k in ("time_s_mean", "cost_usd_mean", "actor_rounds_mean")}, step=0)
+        exp.tracker.log_metrics(row_metrics(rows, ("time_s_mean", "cost_usd_mean", "actor_rounds_mean")), step=0)
         fig, (ax_r, ax_a, ax_t) = plt.subplots(1, 3, figsize=(15, 4))
         for i, (label, summaries) in enumerate(runs.items()):
             for j, s in enumerate(summaries):
@@ -317,12 +337,8 @@ def motivation(
         fig.suptitle(f"{env}: Fixed({n}) vs Increase vs Decrease (±{step} every {every} rounds, "
                      f"equal actor budget over {max_rounds} rounds)", fontsize=9)
         md = "Equal total actor budget over max_rounds; runs stop at J, see actor_rounds_mean."
-        out = exp.publish(fig, rows, md, {"rows": rows, "runs": {k: [_strip(s) for s in v]
-                                                                   for k, v in runs.items()}})
-        status = "FINISHED"
-        return {"run_id": exp.run_id, "rows": rows, "runs": runs, **out}
-    finally:
-        exp.finish(status)
+        out = exp.publish(fig, rows, md, {"rows": rows, "runs": stripped(runs)})
+        return {"rows": rows, "runs": runs, **out}
 
 
 # -- 3. The learned scheduler's actor count per round -----------------------------------------
@@ -333,30 +349,21 @@ def actors_curve(
     env: str = "CartPole-v1",
     seeds: list[int] | None = None,
     learned: str = LEARNED,
-    i_max: int = 32,
-    target_return: float | None = None,
-    budget_usd: float | None = None,
-    max_rounds: int | None = None,
-    fragment: int | None = None,
-    local_workers: int | None = None,
     tracking_uri: str | None = None,
     experiment: str | None = None,
     checkpoint_dir: str | None = None,
+    **workload: Any,
 ) -> dict[str, Any]:
     """I_k per round of the learned scheduler (greedy), with the return it drove (SPEC §7.3).
 
     Reports the mean actor count over the first, middle and last third of each run: the paper
     saw many, fewer, more; this reports what appears, it does not force a shape.
+    `workload`: `train` parameters of every run.
     """
     seeds = [0, 1, 2, 3, 4] if seeds is None else seeds
-    work = _workload(i_max, target_return, budget_usd, max_rounds, fragment, local_workers)
-    spec = LEARNED if learned == LEARNED else f"learned:{learned}"
-    exp = Experiment("actors_curve", {"env": env, "seeds": seeds, "learned": learned, **work},
-                     tracking_uri, experiment)
-    status = "FAILED"
-    try:
-        runs = [exp.train(env=env, scheduler=spec, seed=seed, checkpoint_dir=checkpoint_dir, **work)
-                for seed in seeds]
+    with Experiment("actors_curve", env, {"seeds": seeds, "learned": learned}, workload, tracking_uri,
+                    experiment, checkpoint_dir) as exp:
+        runs = [exp.train(learned_spec(learned), seed) for seed in seeds]
         rows = []
         for seed, s in zip(seeds, runs, strict=True):
             actors = [h["sched/actors"] for h in s["history"]]
@@ -380,7 +387,7 @@ def actors_curve(
             ax_a.plot(range(longest), mean_curve, "k--", label="mean")
         ax_a.set_xlabel("round k")
         ax_a.set_ylabel("actors I_k")
-        ax_a.set_ylim(0, i_max + 1)
+        ax_a.set_ylim(0, exp.setting("i_max") + 1)
         ax_a.legend(fontsize=7)
         ax_r.set_xlabel("round k")
         ax_r.set_ylabel("mean episode return")
@@ -390,10 +397,7 @@ def actors_curve(
               f"{mean_phases[1]:.2f} / {mean_phases[2]:.2f}. Shapes: "
               + ", ".join(f"seed {r['seed']}: {r['shape']}" for r in rows))
         out = exp.publish(fig, rows, md, {"rows": rows, "runs": [_strip(s) for s in runs]})
-        status = "FINISHED"
-        return {"run_id": exp.run_id, "rows": rows, "phases": mean_phases, **out}
-    finally:
-        exp.finish(status)
+        return {"rows": rows, "phases": mean_phases, **out}
 
 
 # -- 5. Scheduler transfer: fine-tune vs from scratch -----------------------------------------
@@ -404,54 +408,54 @@ def scheduler_transfer(
     env: str = "Acrobot-v1",
     source: str = LEARNED,
     finetune_episodes: int = 10,
-    scratch_episodes: int = 30,
+    scratch_episodes: int | None = None,
     batch_episodes: int = 2,
     eval_seeds: list[int] | None = None,
-    i_max: int = 32,
-    target_return: float | None = -100.0,
-    budget_usd: float | None = None,
-    max_rounds: int | None = None,
-    fragment: int | None = None,
-    local_workers: int | None = None,
+    target_return: float | None = None,
     seed: int = 0,
     tracking_uri: str | None = None,
     experiment: str | None = None,
     checkpoint_dir: str | None = None,
+    **workload: Any,
 ) -> dict[str, Any]:
-    """Fine-tune `source` on `env` for `finetune_episodes` against a scheduler trained there from
-    scratch for `scratch_episodes` (SPEC §7.5; the paper: 10 vs 100), then evaluate both greedy
-    (and the untouched source, zero-shot) on eval_seeds. Reports scheduler-training wall time.
+    """Fine-tune `source` (default the packaged CartPole-v1 scheduler) on `env` for
+    `finetune_episodes` against a scheduler trained there from scratch for `scratch_episodes`
+    (default: as many; SPEC §7.5, the paper: 10 vs 100), then evaluate both greedy, and the
+    untouched source zero-shot, on the held-out eval_seeds. Reports scheduler-training wall time.
 
-    target_return defaults to -100 (gymnasium's reward_threshold for Acrobot-v1); set it for
-    another env.
+    Both trainings see the same workload seeds (seed + episode); J is target_return, else the
+    env's preset target, else gymnasium's reward_threshold (Acrobot-v1: -100), for the training
+    episodes and the evaluation alike. `workload`: the scheduler workload's other `train`
+    parameters (i_max, budget_usd, max_rounds, fragment, ppo, local_workers).
     """
     logger = get_run_logger()
+    unknown = sorted(set(workload) - set(WORKLOAD_KEYS))
+    if unknown:
+        raise ConfigError(f"scheduler-transfer: unknown workload parameter(s) {unknown}; valid: {WORKLOAD_KEYS}")
     eval_seeds = [1000, 1001, 1002] if eval_seeds is None else eval_seeds
-    work = _workload(i_max, target_return, budget_usd, max_rounds, fragment, local_workers)
-    exp = Experiment("scheduler_transfer", {"env": env, "source": source, "finetune_episodes": finetune_episodes,
-                                            "scratch_episodes": scratch_episodes, "eval_seeds": eval_seeds,
-                                            **work}, tracking_uri, experiment)
-    status = "FAILED"
-    try:
+    scratch_episodes = finetune_episodes if scratch_episodes is None else scratch_episodes
+    work = {**workload, "target_return": target_return}
+    work["target_return"] = scheduler_target(env, work)
+    with Experiment("scheduler_transfer", env, {"source": source, "finetune_episodes": finetune_episodes,
+                                                "scratch_episodes": scratch_episodes, "eval_seeds": eval_seeds},
+                    work, tracking_uri, experiment, checkpoint_dir) as exp:
         common = {"env": env, "batch_episodes": batch_episodes, "seed": seed,
                   "tracking_uri": exp.tracker.tracking_uri, "checkpoint_dir": checkpoint_dir, **work}
-        tuned = finetune_scheduler(source=source, episodes=finetune_episodes, **common)
-        scratch = train_scheduler(episodes=scratch_episodes, **common)
-        logger.info("scheduler training wall time: fine-tune %.0fs, scratch %.0fs", tuned["wall_s"], scratch["wall_s"])
-        candidates = {"finetuned": tuned["checkpoint"], "scratch": scratch["checkpoint"], "zero-shot": source}
-        evals = {label: [exp.train(env=env, scheduler="learned" if ref == LEARNED else f"learned:{ref}",
-                                   seed=s, checkpoint_dir=checkpoint_dir, **work) for s in eval_seeds]
-                 for label, ref in candidates.items()}
+        trained = {"finetuned": finetune_scheduler(source=source, episodes=finetune_episodes, **common),
+                   "scratch": train_scheduler(episodes=scratch_episodes, **common)}
+        logger.info("scheduler training wall time: fine-tune %.0fs, scratch %.0fs",
+                    trained["finetuned"]["wall_s"], trained["scratch"]["wall_s"])
+        candidates = {"finetuned": trained["finetuned"]["checkpoint"], "scratch": trained["scratch"]["checkpoint"],
+                      "zero-shot": source}
+        evals = {label: [exp.train(learned_spec(ref), s) for s in eval_seeds] for label, ref in candidates.items()}
         rows = [aggregate(label, summaries) for label, summaries in evals.items()]
         for r in rows:
-            r["scheduler_training_wall_s"] = {"finetuned": tuned["wall_s"], "scratch": scratch["wall_s"]}.get(
-                r["scheduler"], 0.0)
-            r["scheduler_episodes"] = {"finetuned": finetune_episodes, "scratch": scratch_episodes}.get(
-                r["scheduler"], 0)
-        exp.tracker.log_metrics({f"{r['scheduler']}/{k}": r[k] for r in rows
-                                 for k in ("time_s_mean", "cost_usd_mean", "scheduler_training_wall_s")}, step=0)
+            r["scheduler_training_wall_s"] = trained[r["scheduler"]]["wall_s"] if r["scheduler"] in trained else 0.0
+            r["scheduler_episodes"] = trained[r["scheduler"]]["episodes_done"] if r["scheduler"] in trained else 0
+        exp.tracker.log_metrics(row_metrics(rows, ("time_s_mean", "cost_usd_mean", "scheduler_training_wall_s")),
+                                step=0)
         fig, (ax_l, ax_t, ax_c) = plt.subplots(1, 3, figsize=(15, 4))
-        for i, (label, res) in enumerate((("finetuned", tuned), ("scratch", scratch))):
+        for i, (label, res) in enumerate(trained.items()):
             ax_l.plot([e["episode"] for e in res["episodes"]], [e["episode/reward"] for e in res["episodes"]],
                       "o-", color=f"C{i}", label=f"{label} ({res['wall_s']:.0f}s)")
         ax_l.set_xlabel("scheduler episode")
@@ -459,56 +463,44 @@ def scheduler_transfer(
         ax_l.legend()
         _bars(ax_t, rows, "time_s", "time to stop, sum of P_k (s)")
         _bars(ax_c, rows, "cost_usd", "cost (USD)")
-        fig.suptitle(f"{env}: fine-tune {Path(source).name} for {finetune_episodes} episodes vs {scratch_episodes} "
-                     f"from scratch; evaluated greedy on seeds {eval_seeds}", fontsize=9)
+        fig.suptitle(f"{env} (J = {work['target_return']}): fine-tune {Path(source).name} for {finetune_episodes} "
+                     f"episodes vs {scratch_episodes} from scratch; evaluated greedy on seeds {eval_seeds}",
+                     fontsize=9)
+        tuned, scratch = trained["finetuned"], trained["scratch"]
         saved = 1 - tuned["wall_s"] / scratch["wall_s"] if scratch["wall_s"] > 0 else math.nan
         md = (f"Scheduler training wall time: fine-tune {tuned['wall_s']:.0f}s vs scratch "
               f"{scratch['wall_s']:.0f}s ({saved:.0%} less).")
         out = exp.publish(fig, rows, md, {"rows": rows, "finetune": tuned, "scratch": scratch,
-                                          "evals": {k: [_strip(s) for s in v] for k, v in evals.items()}})
-        status = "FINISHED"
-        return {"run_id": exp.run_id, "rows": rows, "finetune": tuned, "scratch": scratch, **out}
-    finally:
-        exp.finish(status)
+                                          "evals": stripped(evals)})
+        return {"rows": rows, "finetune": tuned, "scratch": scratch, **out}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run one of the experiments of SPEC §7.")
     parser.add_argument("experiment", choices=("compare", "motivation", "actors-curve", "transfer"))
-    parser.add_argument("--env")
-    parser.add_argument("--seeds", type=int, nargs="*")
-    parser.add_argument("--learned", default=LEARNED, help="scheduler checkpoint (path or MLflow URI)")
-    parser.add_argument("--i-max", type=int, default=32)
-    parser.add_argument("--target-return", type=float)
-    parser.add_argument("--budget-usd", type=float)
-    parser.add_argument("--max-rounds", type=int)
-    parser.add_argument("--fragment", type=int)
-    parser.add_argument("--local-workers", type=int)
+    parser.add_argument("--env", help="default: CartPole-v1 (transfer: Acrobot-v1)")
+    parser.add_argument("--seeds", type=int, nargs="*", help="the runs' seeds (transfer: evaluation seeds)")
+    parser.add_argument("--learned", default=LEARNED,
+                        help="scheduler checkpoint (path, packaged name or MLflow URI); transfer: the source")
     parser.add_argument("--finetune-episodes", type=int, default=10)
-    parser.add_argument("--scratch-episodes", type=int, default=30)
-    parser.add_argument("--tracking-uri")
+    parser.add_argument("--scratch-episodes", type=int, help="default: as many as --finetune-episodes")
+    parser.add_argument("--batch-episodes", type=int, help="transfer: episodes per scheduler update (2)")
     parser.add_argument("--experiment-name")
+    add_workload_arguments(parser)
     args = parser.parse_args(argv)
-    common = {"i_max": args.i_max, "budget_usd": args.budget_usd, "fragment": args.fragment,
-              "local_workers": args.local_workers, "tracking_uri": args.tracking_uri,
-              "experiment": args.experiment_name}
-    if args.target_return is not None:
-        common["target_return"] = args.target_return
+    more = ("env", "batch_episodes") if args.experiment == "transfer" else ("env",)
+    options = {"experiment": args.experiment_name, **workload_arguments(args, *more)}
     with prefect_api():
         if args.experiment == "compare":
-            result = compare_schedulers(env=args.env or "CartPole-v1", seeds=args.seeds, learned=args.learned,
-                                        max_rounds=args.max_rounds, **common)
+            result = compare_schedulers(seeds=args.seeds, learned=args.learned, **options)
         elif args.experiment == "motivation":
-            result = motivation(env=args.env or "CartPole-v1", seeds=args.seeds,
-                                **({"max_rounds": args.max_rounds} if args.max_rounds else {}), **common)
+            result = motivation(seeds=args.seeds, **options)
         elif args.experiment == "actors-curve":
-            result = actors_curve(env=args.env or "CartPole-v1", seeds=args.seeds, learned=args.learned,
-                                  max_rounds=args.max_rounds, **common)
+            result = actors_curve(seeds=args.seeds, learned=args.learned, **options)
         else:
-            result = scheduler_transfer(env=args.env or "Acrobot-v1", source=args.learned,
-                                        finetune_episodes=args.finetune_episodes,
-                                        scratch_episodes=args.scratch_episodes,
-                                        eval_seeds=args.seeds, max_rounds=args.max_rounds, **common)
+            result = scheduler_transfer(source=args.learned, finetune_episodes=args.finetune_episodes,
+                                        scratch_episodes=args.scratch_episodes, eval_seeds=args.seeds,
+                                        **options)
     print(markdown_table(result["rows"]))
     print(f"\nplot: {result['plot']} (MLflow parent run {result['run_id']})")
     return 0

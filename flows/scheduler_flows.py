@@ -59,6 +59,10 @@ MAX_CONCURRENCY = 16
 NO_TARGET = 1e8  # presets without a published target use 1e9: "run until budget or K"
 
 
+WORKLOAD_KEYS = ("i_max", "target_return", "budget_usd", "max_rounds", "fragment", "ppo", "local_workers")
+"""The `train` parameters of a scheduler's workload (every episode's run uses them)."""
+
+
 def registered_threshold(env: str) -> float | None:
     """gymnasium's reward_threshold for env (Acrobot-v1: -100), or None."""
     import gymnasium
@@ -68,6 +72,21 @@ def registered_threshold(env: str) -> float | None:
     except Exception:  # an id gymnasium does not know: the preset check has already said so
         return None
     return None if threshold is None else float(threshold)
+
+
+def scheduler_target(env: str, workload: dict[str, Any]) -> float | None:
+    """J for scheduler runs on env: workload's target_return (None: the preset's) unless that is
+    the presets' "no target", then gymnasium's reward_threshold for env. Validates the workload
+    first (a bad value fails here, not in episode 0)."""
+    cfg = resolve_run_config(env, backends=BACKENDS, scheduler="max",
+                             **{k: workload[k] for k in WORKLOAD_KEYS if k != "local_workers" and k in workload})
+    if cfg.target_return < NO_TARGET:
+        return workload.get("target_return")
+    threshold = registered_threshold(env)
+    if threshold is None:
+        raise ConfigError(f"{env} has no target return in its preset nor a gymnasium "
+                          "reward_threshold: pass target_return (J); the scheduler's reward needs one")
+    return threshold
 
 
 def _not_a_config_error(task, task_run, state) -> bool:
@@ -165,21 +184,16 @@ def train_scheduler(
     overrides["beta"] = beta
     if learning_rate is not None:
         overrides["learning_rate"] = learning_rate
-    workload_cfg = resolve_run_config(env, backends=BACKENDS, scheduler="max", target_return=target_return,
-                                      budget_usd=budget_usd, max_rounds=max_rounds, i_max=i_max,
-                                      fragment=fragment, ppo=ppo)  # fail here, not in episode 0
-    if workload_cfg.target_return >= NO_TARGET:
-        target_return = registered_threshold(env)
-        if target_return is None:
-            raise ConfigError(f"{env} has no target return in its preset nor a gymnasium "
-                              "reward_threshold: pass target_return (J); the scheduler's reward needs one")
-        logger.info("%s: no preset target; using gymnasium's reward_threshold J = %s", env, target_return)
+    workload = {"i_max": i_max, "target_return": target_return, "budget_usd": budget_usd,
+                "max_rounds": max_rounds, "fragment": fragment, "ppo": ppo, "local_workers": local_workers}
+    workload["target_return"] = scheduler_target(env, workload)
+    if workload["target_return"] != target_return:
+        logger.info("%s: no preset target; using gymnasium's reward_threshold J = %s", env,
+                    workload["target_return"])
+    workload = {"env": env, **workload}
     tracker = RunTracker(tracking_uri)
     experiment = experiment or f"minionsrl-scheduler/{env}"
     ckpt_root = Path(checkpoint_dir or project_root() / "checkpoints")
-    workload = {"env": env, "i_max": i_max, "target_return": target_return, "budget_usd": budget_usd,
-                "max_rounds": max_rounds, "fragment": fragment, "ppo": ppo,
-                "local_workers": local_workers}
 
     # -- the agent: fresh, from a checkpoint, or from a resumed run's last artifact ----------
     done, meta = 0, {}
@@ -283,73 +297,63 @@ def finetune_scheduler(
     env: str = "Acrobot-v1",
     episodes: int = 10,
     batch_episodes: int = 2,
-    concurrency: int = 1,
-    output: str | None = None,
-    beta: float = 0.1,
-    learning_rate: float | None = None,
-    agent: dict[str, Any] | None = None,
-    i_max: int = 32,
-    target_return: float | None = None,
-    budget_usd: float | None = None,
-    max_rounds: int | None = None,
-    fragment: int | None = None,
-    ppo: dict[str, Any] | None = None,
-    local_workers: int | None = None,
-    seed: int = 0,
-    tracking_uri: str | None = None,
-    experiment: str | None = None,
-    checkpoint_dir: str | None = None,
+    **options: Any,
 ) -> dict[str, Any]:
     """Fine-tune a saved scheduler (file path, packaged name or MLflow URI) on another workload.
 
-    A `train-scheduler` subflow started from `source` for `episodes` more episodes (default 10,
-    the paper's figure); the other parameters are train-scheduler's.
+    A `train-scheduler` subflow started from `source` (its init_from) for `episodes` more
+    episodes (default 10, the paper's figure); `options` are any other train-scheduler
+    parameters (output, beta, learning_rate, agent, the workload's i_max, target_return, ...,
+    seed, tracking_uri, experiment, checkpoint_dir), validated by that flow.
     """
-    return train_scheduler(
-        env=env, episodes=episodes, batch_episodes=batch_episodes, concurrency=concurrency,
-        init_from=source, output=output, beta=beta, learning_rate=learning_rate, agent=agent,
-        i_max=i_max, target_return=target_return, budget_usd=budget_usd, max_rounds=max_rounds,
-        fragment=fragment, ppo=ppo, local_workers=local_workers, seed=seed,
-        tracking_uri=tracking_uri, experiment=experiment, checkpoint_dir=checkpoint_dir)
+    return train_scheduler(env=env, episodes=episodes, batch_episodes=batch_episodes, init_from=source,
+                           **options)
+
+
+# -- the command line (flows/experiments.py shares the workload options) -----------------------
+
+CLI_WORKLOAD = (("i_max", int), ("target_return", float), ("budget_usd", float), ("max_rounds", int),
+                ("fragment", int), ("ppo", json.loads), ("local_workers", int), ("tracking_uri", str))
+"""Options a command passes on to every `train` run it starts (and the MLflow store); --ppo is
+JSON, e.g. '{"learning_rate": 0.001}'."""
+
+
+def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
+    for name, kind in CLI_WORKLOAD:
+        parser.add_argument(f"--{name.replace('_', '-')}", type=kind)
+
+
+def workload_arguments(args: argparse.Namespace, *more: str) -> dict[str, Any]:
+    """The workload options (and the `more` named ones) that were given: an option left out
+    keeps the flow's default, or the env's preset."""
+    names = [name for name, _ in CLI_WORKLOAD] + list(more)
+    return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Train or fine-tune the learned actor scheduler.")
     parser.add_argument("command", choices=("train", "finetune"))
-    parser.add_argument("--env", default=None)
+    parser.add_argument("--env", help="default: CartPole-v1 (train), Acrobot-v1 (finetune)")
     parser.add_argument("--source", default="cartpole", help="finetune: scheduler to start from")
-    parser.add_argument("--episodes", type=int)
-    parser.add_argument("--batch-episodes", type=int)
+    parser.add_argument("--episodes", type=int, help="default: 60 (train), 10 (finetune)")
+    parser.add_argument("--batch-episodes", type=int, help="default: 4 (train), 2 (finetune)")
     parser.add_argument("--concurrency", type=int, default=1)
     parser.add_argument("--resume-run-id")
     parser.add_argument("--out", help="copy the final checkpoint here")
     parser.add_argument("--beta", type=float, default=0.1)
     parser.add_argument("--learning-rate", type=float)
-    parser.add_argument("--i-max", type=int, default=32)
-    parser.add_argument("--target-return", type=float)
-    parser.add_argument("--budget-usd", type=float)
-    parser.add_argument("--max-rounds", type=int)
-    parser.add_argument("--fragment", type=int)
-    parser.add_argument("--local-workers", type=int)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--tracking-uri")
     parser.add_argument("--experiment")
+    add_workload_arguments(parser)
     args = parser.parse_args(argv)
-    common = {"concurrency": args.concurrency, "output": args.out, "beta": args.beta,
-              "learning_rate": args.learning_rate, "i_max": args.i_max,
-              "target_return": args.target_return, "budget_usd": args.budget_usd,
-              "max_rounds": args.max_rounds, "fragment": args.fragment,
-              "local_workers": args.local_workers, "seed": args.seed,
-              "tracking_uri": args.tracking_uri, "experiment": args.experiment}
+    options = {"concurrency": args.concurrency, "output": args.out, "beta": args.beta,
+               "learning_rate": args.learning_rate, "seed": args.seed, "experiment": args.experiment,
+               **workload_arguments(args, "env", "episodes", "batch_episodes")}
     with prefect_api():
         if args.command == "train":
-            result = train_scheduler(env=args.env or "CartPole-v1", episodes=args.episodes or 60,
-                                     batch_episodes=args.batch_episodes or 4,
-                                     resume_run_id=args.resume_run_id, **common)
+            result = train_scheduler(resume_run_id=args.resume_run_id, **options)
         else:
-            result = finetune_scheduler(source=args.source, env=args.env or "Acrobot-v1",
-                                        episodes=args.episodes or 10,
-                                        batch_episodes=args.batch_episodes or 2, **common)
+            result = finetune_scheduler(source=args.source, **options)
     for e in result["episodes"]:
         print(f"episode {e['episode']:3d}: reward {e['episode/reward']:9.2f}  "
               f"reached {bool(e['episode/target_reached'])!s:5}  rounds {e['episode/rounds']:3.0f}  "

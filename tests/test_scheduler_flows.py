@@ -172,3 +172,32 @@ def test_scheduler_training_falls_back_to_gymnasiums_threshold(env, expected):
     from flows.scheduler_flows import registered_threshold
 
     assert registered_threshold(env) == expected
+
+
+@pytest.mark.parametrize(("argv", "flow_name", "expected"), [
+    (["train"], "train_scheduler",
+     {"resume_run_id": None, "concurrency": 1, "output": None, "beta": 0.1, "learning_rate": None, "seed": 0,
+      "experiment": None}),
+    (["finetune", "--source", "runs:/abc/scheduler/scheduler.pt", "--env", "Acrobot-v1", "--episodes", "3",
+      "--i-max", "8", "--target-return", "-100", "--tracking-uri", "sqlite:///x.db"], "finetune_scheduler",
+     {"source": "runs:/abc/scheduler/scheduler.pt", "concurrency": 1, "output": None, "beta": 0.1,
+      "learning_rate": None, "seed": 0, "experiment": None, "env": "Acrobot-v1", "episodes": 3, "i_max": 8,
+      "target_return": -100.0, "tracking_uri": "sqlite:///x.db"}),
+])
+def test_scheduler_command_line(monkeypatch, argv, flow_name, expected):
+    """Options left out reach the flows as their defaults (train: CartPole-v1, 60 episodes, ...)."""
+    import contextlib
+
+    import flows.scheduler_flows as scheduler_flows
+
+    seen = {}
+
+    def fake(**kwargs):
+        seen.update(kwargs)
+        return {"episodes": [], "checkpoint": "c.pt", "artifact_uri": "runs:/x/scheduler/scheduler.pt",
+                "tracking_uri": "sqlite:///x.db", "episodes_done": 0, "updates": 0, "wall_s": 0.0}
+
+    monkeypatch.setattr(scheduler_flows, flow_name, fake)
+    monkeypatch.setattr(scheduler_flows, "prefect_api", contextlib.nullcontext)
+    assert scheduler_flows.main(argv) == 0
+    assert seen == expected

@@ -1,0 +1,116 @@
+"""The experiment flows: the transfer experiment end to end at toy size, and the command line.
+
+The smoke test runs five tiny Acrobot-v1 trainings (i_max 4, two rounds of 128-step fragments,
+one worker): one fine-tuning and one from-scratch scheduler episode, and one greedy evaluation
+each of the fine-tuned, scratch and zero-shot schedulers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from models.config import ConfigError
+
+pytestmark = pytest.mark.e2e
+
+TINY = {"i_max": 4, "max_rounds": 2, "fragment": 128, "local_workers": 1}
+
+
+def test_transfer_end_to_end_on_a_workload_the_source_never_saw(prefect_api_url, mlflow_uri, tmp_path,
+                                                                  monkeypatch):
+    from flows.experiments import scheduler_transfer
+    from flows.scheduler_flows import ARTIFACT_DIR, ARTIFACT_NAME
+    from flows.tracking import RunTracker
+    from models.scheduler_agent import SchedulerAgent, load_scheduler, save_scheduler
+
+    # The source: a CartPole-style scheduler for i_max 4, logged in the experiment's own MLflow
+    # store and named by URI while MLFLOW_TRACKING_URI points at another store.
+    made = save_scheduler(tmp_path / "made" / ARTIFACT_NAME, SchedulerAgent(4, seed=7),
+                          meta={"trained_on": [{"env": "CartPole-v1", "episodes": 0}]})
+    tracker = RunTracker(mlflow_uri)
+    tracker.start("sources", "cartpole-source", params={})
+    tracker.log_artifact(made, ARTIFACT_DIR)
+    tracker.finish()
+    source = f"runs:/{tracker.run_id}/{ARTIFACT_DIR}/{ARTIFACT_NAME}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'elsewhere.db'}")
+
+    result = scheduler_transfer(env="Acrobot-v1", source=source, finetune_episodes=1, batch_episodes=1,
+                                eval_seeds=[1000], tracking_uri=mlflow_uri,
+                                checkpoint_dir=str(tmp_path / "ckpt"), **TINY)
+
+    rows = {r["scheduler"]: r for r in result["rows"]}
+    assert set(rows) == {"finetuned", "scratch", "zero-shot"}
+    assert all(r["runs"] == 1 for r in rows.values())
+    assert rows["finetuned"]["scheduler_episodes"] == rows["scratch"]["scheduler_episodes"] == 1  # same budget
+    for label in ("finetune", "scratch"):
+        assert result[label]["episodes_done"] == 1 and result[label]["updates"] == 1
+    _, _, meta = load_scheduler(result["finetune"]["checkpoint"])
+    assert meta["fine_tuned_from"] == source
+    assert [e["env"] for e in meta["trained_on"]] == ["CartPole-v1", "Acrobot-v1"]
+    _, _, scratch_meta = load_scheduler(result["scratch"]["checkpoint"])
+    assert "fine_tuned_from" not in scratch_meta
+
+    client = MlflowClient(mlflow_uri)
+    parent = client.get_run(result["run_id"])
+    assert parent.info.status == "FINISHED"
+    assert parent.data.tags["minionsrl.experiment"] == "scheduler_transfer"
+    assert [a.path for a in client.list_artifacts(result["run_id"], "plots")] == ["plots/scheduler_transfer.png"]
+    evals = client.search_runs([parent.info.experiment_id],
+                               filter_string=f"tags.mlflow.parentRunId = '{result['run_id']}'")
+    assert len(evals) == 3 and all(r.data.tags["minionsrl.scheduler"] == "learned" for r in evals)
+    assert {r.data.params["seed"] for r in evals} == {"1000"}  # held out: training used seeds 0..
+    # One J for training and evaluation: gymnasium's reward_threshold for Acrobot-v1.
+    assert {r.data.params["target_return"] for r in evals} == {"-100.0"}
+    for label in ("finetune", "scratch"):
+        for e in result[label]["episodes"]:
+            assert client.get_run(e["run_id"]).data.params["target_return"] == "-100.0"
+
+
+def test_experiments_refuse_unknown_workload_before_any_run(prefect_api_url, mlflow_uri):
+    from flows.experiments import compare_schedulers, scheduler_transfer
+
+    with pytest.raises(ConfigError, match="fragmnt"):
+        compare_schedulers(seeds=[0], fragmnt=128, tracking_uri=mlflow_uri)
+    with pytest.raises(ConfigError, match="backend"):  # scheduler training takes the workload only
+        scheduler_transfer(backend="dask", tracking_uri=mlflow_uri)
+    client = MlflowClient(mlflow_uri)
+    experiments = client.search_experiments()
+    assert not experiments or client.search_runs([e.experiment_id for e in experiments]) == []
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["transfer"], {"source": "cartpole", "finetune_episodes": 10, "scratch_episodes": None,
+                    "eval_seeds": None, "experiment": None}),
+    (["transfer", "--env", "Acrobot-v1", "--finetune-episodes", "1", "--scratch-episodes", "2",
+      "--batch-episodes", "1", "--seeds", "1000", "1001", "--target-return", "-100", "--i-max", "4",
+      "--max-rounds", "2", "--fragment", "128", "--local-workers", "1", "--tracking-uri", "sqlite:///x.db"],
+     {"source": "cartpole", "finetune_episodes": 1, "scratch_episodes": 2, "eval_seeds": [1000, 1001],
+      "experiment": None, "env": "Acrobot-v1", "batch_episodes": 1, "target_return": -100.0, "i_max": 4,
+      "max_rounds": 2, "fragment": 128, "local_workers": 1, "tracking_uri": "sqlite:///x.db"}),
+])
+def test_transfer_command_line(monkeypatch, capsys, argv, expected):
+    import flows.experiments as experiments
+
+    seen = {}
+
+    def fake_transfer(**kwargs):
+        seen.update(kwargs)
+        return {"rows": [{"scheduler": "finetuned"}], "plot": "runs:/x/plots/p.png", "run_id": "x"}
+
+    monkeypatch.setattr(experiments, "scheduler_transfer", fake_transfer)
+    monkeypatch.setattr(experiments, "prefect_api", contextlib.nullcontext)
+    assert experiments.main(argv) == 0
+    assert seen == expected
+    assert "runs:/x/plots/p.png" in capsys.readouterr().out
+
+
+def test_learned_spec_names_the_packaged_scheduler():
+    from flows.experiments import LEARNED, learned_spec
+    from models.scheduler_agent import LearnedScheduler, resolve_checkpoint, shipped_checkpoint
+    from models.schedulers import make_scheduler
+
+    assert resolve_checkpoint(LEARNED) == shipped_checkpoint()  # finetune's source
+    assert isinstance(make_scheduler(learned_spec(LEARNED), 32, 60, -100.0), LearnedScheduler)
