@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -12,8 +13,25 @@ from models.config import ConfigError
 
 
 def check_env_id(env_id: str) -> None:
-    """Fail fast, before any actor starts, on an id gymnasium does not know."""
+    """Fail fast, before any actor starts, on an id gymnasium does not know.
+
+    An id of the form "module:EnvName" follows gymnasium's own convention (gym.make imports
+    `module` first, which registers EnvName): the module is imported here the same way, and
+    EnvName must then be registered.
+    """
     _register_optional_envs()
+    module, sep, name = env_id.partition(":")
+    if sep:
+        if not module or not name or ":" in name:
+            raise ConfigError(f"env id {env_id!r}: expected 'module:EnvName'")
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # an import error or a failing registration inside it
+            raise ConfigError(f"env id {env_id!r}: cannot import module {module!r} "
+                              f"({type(exc).__name__}: {exc})") from exc
+        if name not in gym.registry:
+            raise ConfigError(f"env id {env_id!r}: module {module!r} registers no env {name!r}")
+        return
     if env_id not in gym.registry:
         close = [k for k in gym.registry if k.lower().startswith(env_id.split("-")[0].lower())]
         hint = f"; did you mean one of {sorted(close)[:5]}?" if close else ""

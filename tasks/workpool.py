@@ -124,6 +124,8 @@ class WorkPoolBackend:
         self._states: dict[UUID, Any] = {}
         self._in_flight: set[UUID] = set()  # cold actor flow runs not yet back
         self._closed = threading.Event()
+        self._closing = False  # set (under _lock) when close() begins: no new servers after it
+        self._starts: list[threading.Thread] = []  # background server starts, joined by close()
         self._monitor: threading.Thread | None = None
         self.actor_deployment_id = self._deployment_id(actor_deployment)
         self.server_deployment_id = (self._deployment_id(server_deployment)
@@ -218,7 +220,18 @@ class WorkPoolBackend:
         for server in extra:
             self._stop_server(server)
         for _ in range(missing):  # in the background: this round's actors do not wait for it
-            threading.Thread(target=self._start_server, daemon=True).start()
+            self._start_in_background()
+
+    def _start_in_background(self) -> None:
+        """Start a warm server from a thread that close() waits for, so that no server flow run
+        is created after close() looked at the servers (it would idle, billed, until its idle
+        timeout) and no start is cut off by close() closing the API client under it."""
+        with self._lock:
+            if self._closing:
+                return
+            thread = threading.Thread(target=self._start_server, daemon=True)
+            self._starts.append(thread)
+            thread.start()
 
     def _stop_server(self, server: _Server) -> None:
         with contextlib.suppress(Exception):
@@ -448,15 +461,22 @@ class WorkPoolBackend:
         if self._closed.is_set():
             return
         with self._lock:
+            self._closing = True
+            starts = list(self._starts)
+        for thread in starts:  # a replacement being created now is stopped below with the rest
+            thread.join(timeout=60)
+        with self._lock:
             servers = [s for s in self._servers if not s.dead]
             in_flight = list(self._in_flight)
+        # A server still booting reads its stop message only once up: cancel it right away.
+        booting = {id(s) for s in servers if not self._is_ready(s, force=True)}
         for server in servers:
             self._stop_server(server)
         for flow_run_id in in_flight:
             self._cancel(flow_run_id, "training run closed its actor backend")
         deadline = time.monotonic() + 15
         for server in servers:  # stopped servers exit within a poll; cancel any that do not
-            while server.flow_run_id and time.monotonic() < deadline:
+            while server.flow_run_id and id(server) not in booting and time.monotonic() < deadline:
                 with contextlib.suppress(Exception):
                     state = self._client.read_flow_run(server.flow_run_id).state
                     if state is not None and state.is_final():

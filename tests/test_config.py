@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 
 import pytest
 
@@ -93,3 +94,34 @@ def test_unknown_backend_lists_the_available_ones():
 def test_ppo_replace_without_overrides_is_identity():
     cfg = PPOConfig()
     assert cfg.replace(None) is cfg and cfg.replace({}) is cfg
+
+
+def test_module_env_id_imports_its_module_like_gym_make(tmp_path, monkeypatch):
+    """'module:EnvName' (gymnasium's convention): the module is imported, then EnvName must exist."""
+    import gymnasium as gym
+
+    from models.envs import env_spaces
+
+    (tmp_path / "registers_tmp_env.py").write_text(
+        "from gymnasium.envs.registration import register\n"
+        "register('TmpCartPole-v0', entry_point='gymnasium.envs.classic_control:CartPoleEnv')\n")
+    (tmp_path / "registers_nothing.py").write_text("X = 1\n")
+    (tmp_path / "broken_env_module.py").write_text("raise RuntimeError('registration failed')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        cfg = resolve("registers_tmp_env:TmpCartPole-v0")
+        assert cfg.env_id == "registers_tmp_env:TmpCartPole-v0" and "TmpCartPole-v0" in gym.registry
+        assert env_spaces(cfg.env_id).n_actions == 2  # actors make it by the same id
+        with pytest.raises(ConfigError, match=r"cannot import module 'no_such_env_module_x'"):
+            resolve("no_such_env_module_x:Foo-v0")
+        with pytest.raises(ConfigError, match=r"cannot import module 'broken_env_module'.*registration failed"):
+            resolve("broken_env_module:Foo-v0")
+        with pytest.raises(ConfigError, match=r"module 'registers_nothing' registers no env 'Foo-v0'"):
+            resolve("registers_nothing:Foo-v0")
+        for bad in (":CartPole-v1", "registers_nothing:", "a:b:C-v0"):
+            with pytest.raises(ConfigError, match="expected 'module:EnvName'"):
+                resolve(bad)
+    finally:
+        gym.registry.pop("TmpCartPole-v0", None)
+        for name in ("registers_tmp_env", "registers_nothing", "broken_env_module"):
+            sys.modules.pop(name, None)
