@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import json
 import os
 import statistics
@@ -100,20 +99,16 @@ def rounds(name: str, n: int, rounds_: int, fragment: int, workers: int, warm_ac
            tracking_uri: str, tmp: Path) -> dict[str, float]:
     from mlflow.tracking import MlflowClient
 
-    import flows.train as train_module
-    from tasks.backends import make_backend
+    from flows.train import train
 
-    original = train_module.make_backend
-    if name == "work-pool" and warm_actors:  # until the train flow exposes warm_actors (inline)
-        train_module.make_backend = functools.partial(make_backend, warm_actors=min(warm_actors, n))
-    try:
-        summary = train_module.train(
-            env="CartPole-v1", scheduler=f"fixed:{n}", max_rounds=rounds_, fragment=fragment,
-            target_return=1e9, budget_usd=100.0, seed=0, backend=name, local_workers=workers,
-            tracking_uri=tracking_uri, experiment=f"benchmark/backends/{name}",
-            checkpoint_dir=str(tmp / "ckpt"))
-    finally:
-        train_module.make_backend = original
+    # work-pool: warm servers that run each actor inline (the actor is its `rollout` task run).
+    warm = min(warm_actors, n) if name == "work-pool" else 0
+    summary = train(
+        env="CartPole-v1", scheduler=f"fixed:{n}", max_rounds=rounds_, fragment=fragment,
+        target_return=1e9, budget_usd=100.0, seed=0, backend=name, local_workers=workers,
+        tracking_uri=tracking_uri, experiment=f"benchmark/backends/{name}",
+        checkpoint_dir=str(tmp / "ckpt"), warm_actors=warm,
+        backend_options={"warm_subflows": False} if warm else None)
     client = MlflowClient(tracking_uri)
 
     def series(key: str) -> list[float]:

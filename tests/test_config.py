@@ -37,7 +37,7 @@ def test_overrides_win_over_the_preset():
 
 
 def test_env_without_preset_gets_generic_defaults():
-    cfg = resolve("Acrobot-v1")
+    cfg = resolve("MountainCar-v0")
     assert cfg.target_return == 1e9 and cfg.fragment == 512
     assert cfg.ppo == PPOConfig()
 
