@@ -76,6 +76,13 @@ def localise_scheduler_spec(spec: str | None, tracking_uri: str, dest_root: str 
 class RoundFailedError(RuntimeError):
     """Fewer actors returned than the quorum needs; the last checkpoint is intact."""
 
+    def __init__(self, message: str, round_index: int, returned: int, failed: int):
+        super().__init__(message)
+        self.round_index, self.returned, self.failed = round_index, returned, failed
+
+    def __reduce__(self):  # Prefect may pickle a flow's exception
+        return type(self), (str(self), self.round_index, self.returned, self.failed)
+
 
 def round_flow(session: TrainingSession, backend: ActorBackend):
     """The `train-round` subflow, bound to this run's session and actor backend.
@@ -100,7 +107,8 @@ def round_flow(session: TrainingSession, backend: ActorBackend):
         if len(batches) < needed:
             raise RoundFailedError(
                 f"round {round_index}: {len(batches)} of {actors} actors returned, quorum needs "
-                f"{needed}; failures: {[f.error for f in failures]}")
+                f"{needed}; failures: {[f.error for f in failures]}",
+                round_index, len(batches), len(failures))
         if failures:
             get_run_logger().warning("round %d continues with %d of %d batches (%d actors failed)",
                                      round_index, len(batches), actors, len(failures))
@@ -248,7 +256,12 @@ def train(
                                 k, session.budget_left_usd)
                     break
                 started = time.perf_counter()
-                batches, failed_billed_s, stats = run_round(round_index=k, actors=actors)
+                try:
+                    batches, failed_billed_s, stats = run_round(round_index=k, actors=actors)
+                except RoundFailedError as exc:  # the failures still count, in MLflow too
+                    tracker.log_metrics({"rollout/actor_failures": float(exc.failed),
+                                         "rollout/batches": float(exc.returned)}, step=k)
+                    raise
                 metrics = session.record(batches, stats, time.perf_counter() - started,
                                          failed_billed_s)
                 if eval_every and (session.round_index % eval_every == 0 or session.stop_reason):

@@ -182,7 +182,11 @@ def test_local_quorum_not_met_fails_the_run_clearly(prefect_api_url, store_uri, 
     client = MlflowClient(store_uri)
     [run] = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
     assert run.info.status == "FAILED"
-    # Nothing of the failed round was logged as if it had run, and no checkpoint was written.
+    # The failed round's failures are counted; nothing else of it was logged as if it had run,
+    # and no checkpoint was written.
+    [failures] = client.get_metric_history(run.info.run_id, "rollout/actor_failures")
+    [returned] = client.get_metric_history(run.info.run_id, "rollout/batches")
+    assert (failures.step, failures.value, returned.value) == (0, 1.0, 1.0)
     assert client.get_metric_history(run.info.run_id, "rollout/env_steps") == []
     assert not (tmp_path / "ckpt" / run.info.run_id / "latest.pt").exists()
 
