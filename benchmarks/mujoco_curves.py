@@ -23,6 +23,7 @@ episode early (always 1000 steps), so its fragment must be >= 1000 for R_k to ex
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import math
@@ -120,6 +121,14 @@ def cleanrl_peer(env_id: str, seed: int, steps: int, window: int) -> dict:
             "best_return": max(finite) if finite else math.nan, "rows": rows}
 
 
+def save(result: dict) -> None:
+    path = RESULTS / f"{result['env']}_{result['who']}_seed{result['seed']}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1))
+    print({k: (round(v, 1) if isinstance(v, float) else v) for k, v in result.items()
+           if k != "rows"}, flush=True)
+
+
 def plot(results: list[dict], out: Path) -> None:
     import matplotlib
 
@@ -155,22 +164,24 @@ def main() -> None:
     parser.add_argument("--tracking-uri", default=None)
     parser.add_argument("--peer", action="store_true",
                         help="also train SB3 PPO with CleanRL's settings for the same steps")
+    parser.add_argument("--plot-only", action="store_true",
+                        help="no training: table and plot from the results saved before")
     args = parser.parse_args()
     from flows.local_api import prefect_api
     from flows.tracking import default_tracking_uri
 
     tracking_uri = args.tracking_uri or default_tracking_uri()
-    results = []
-    with prefect_api():
-        for env_id in args.envs:
+    with contextlib.nullcontext() if args.plot_only else prefect_api():
+        for env_id in [] if args.plot_only else args.envs:
             r = run_one(env_id, args.seed, args.steps, tracking_uri, args.eval_episodes)
-            results.append(r)
+            save(r)
             if args.peer:
                 window = N_ACTORS * r["fragment"]
-                results.append(cleanrl_peer(env_id, args.seed, r["env_steps"], window))
-            for row in results[-2 if args.peer else -1:]:
-                print({k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items()
-                       if k != "rows"}, flush=True)
+                save(cleanrl_peer(env_id, args.seed, r["env_steps"], window))
+    # Every result is kept as it finishes; the table and plot take the latest of each
+    # (env, who) for this seed, so a peer measured in an earlier run still shows.
+    results = [json.loads(f.read_text()) for env_id in args.envs
+               for f in sorted(RESULTS.glob(f"{env_id}_*_seed{args.seed}.json"))]
     png = RESULTS / f"mujoco_curves_seed{args.seed}.png"
     plot(results, png)
     summary = RESULTS / f"mujoco_curves_seed{args.seed}.json"
