@@ -74,14 +74,14 @@ def registered_threshold(env: str) -> float | None:
     return None if threshold is None else float(threshold)
 
 
-def scheduler_target(env: str, workload: dict[str, Any]) -> float | None:
+def scheduler_target(env: str, workload: dict[str, Any]) -> float:
     """J for scheduler runs on env: workload's target_return (None: the preset's) unless that is
     the presets' "no target", then gymnasium's reward_threshold for env. Validates the workload
     first (a bad value fails here, not in episode 0)."""
     cfg = resolve_run_config(env, backends=BACKENDS, scheduler="max",
                              **{k: workload[k] for k in WORKLOAD_KEYS if k != "local_workers" and k in workload})
     if cfg.target_return < NO_TARGET:
-        return workload.get("target_return")
+        return cfg.target_return  # the workload's, else the preset's
     threshold = registered_threshold(env)
     if threshold is None:
         raise ConfigError(f"{env} has no target return in its preset nor a gymnasium "
