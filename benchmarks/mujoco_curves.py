@@ -41,12 +41,8 @@ CLEANRL_1M = {"HalfCheetah-v5": "1443 +- 46", "Humanoid-v5": "716 +- 49"}
 
 
 def run_one(env_id: str, seed: int, steps: int, tracking_uri: str, eval_episodes: int) -> dict:
+    from benchmarks.mujoco_vs_sb3 import evaluate_final_policy
     from flows.train import train
-    from models.checkpoint import load_checkpoint
-    from models.envs import env_spaces
-    from models.evaluation import evaluate_policy
-    from models.normalization import RunningMeanStd
-    from models.policy import ActorCritic
     from models.presets import preset_for
 
     fragment = int(preset_for(env_id)["fragment"])
@@ -56,12 +52,7 @@ def run_one(env_id: str, seed: int, steps: int, tracking_uri: str, eval_episodes
                     target_return=1e9, budget_usd=1e6, tracking_uri=tracking_uri,
                     experiment=f"benchmark/{env_id}-curve")
     wall = time.perf_counter() - started
-    artifact = load_checkpoint(Path(summary["checkpoint"]).with_name("final_policy.pt"))
-    policy = ActorCritic(env_spaces(env_id), tuple(artifact["hidden"]), init_weights=False)
-    policy.load_state_dict(artifact["policy"])
-    norm = artifact["norm"] or {}
-    obs_rms = RunningMeanStd.from_state_dict(norm["obs"]) if norm.get("obs") else None
-    ev = evaluate_policy(policy, env_id, eval_episodes, seed=10_000 + seed, obs_rms=obs_rms)
+    ev = evaluate_final_policy(env_id, summary, eval_episodes, seed)
     hist = summary["history"]
     steps_total = np.cumsum([h["rollout/env_steps"] for h in hist]).astype(int).tolist()
     rows = [{"round": k, "env_steps": s, "return": h["rollout/ep_return_mean"],

@@ -112,14 +112,26 @@ def sb3_run(env_id: str, seed: int, steps: int, window: int, eval_episodes: int,
             "curve": means}
 
 
-def ours_run(env_id: str, seed: int, rounds: int, tracking_uri: str, eval_episodes: int,
-             target: float) -> dict:
-    from flows.train import train
+def evaluate_final_policy(env_id: str, summary: dict, episodes: int, seed: int) -> dict:
+    """A `train` run's final policy, deterministic, on whole episodes with frozen obs statistics
+    (eval seeds 10,000 + seed: never the training seeds)."""
     from models.checkpoint import load_checkpoint
     from models.envs import env_spaces
     from models.evaluation import evaluate_policy
     from models.normalization import RunningMeanStd
     from models.policy import ActorCritic
+
+    artifact = load_checkpoint(Path(summary["checkpoint"]).with_name("final_policy.pt"))
+    policy = ActorCritic(env_spaces(env_id), tuple(artifact["hidden"]), init_weights=False)
+    policy.load_state_dict(artifact["policy"])
+    norm = artifact["norm"] or {}
+    obs_rms = RunningMeanStd.from_state_dict(norm["obs"]) if norm.get("obs") else None
+    return evaluate_policy(policy, env_id, episodes, seed=10_000 + seed, obs_rms=obs_rms)
+
+
+def ours_run(env_id: str, seed: int, rounds: int, tracking_uri: str, eval_episodes: int,
+             target: float) -> dict:
+    from flows.train import train
 
     torch.set_num_threads(1)
     started = time.perf_counter()
@@ -129,12 +141,7 @@ def ours_run(env_id: str, seed: int, rounds: int, tracking_uri: str, eval_episod
                     experiment=f"benchmark/{env_id}-vs-sb3")
     wall = time.perf_counter() - started
 
-    artifact = load_checkpoint(Path(summary["checkpoint"]).with_name("final_policy.pt"))
-    policy = ActorCritic(env_spaces(env_id), tuple(artifact["hidden"]), init_weights=False)
-    policy.load_state_dict(artifact["policy"])
-    norm = artifact["norm"] or {}
-    obs_rms = RunningMeanStd.from_state_dict(norm["obs"]) if norm.get("obs") else None
-    ev = evaluate_policy(policy, env_id, eval_episodes, seed=10_000 + seed, obs_rms=obs_rms)
+    ev = evaluate_final_policy(env_id, summary, eval_episodes, seed)
     curve = [h["rollout/ep_return_mean"] for h in summary["history"]]
     steps = np.cumsum([h["rollout/env_steps"] for h in summary["history"]]).tolist()
     finite = [m for m in curve if not math.isnan(m)]
