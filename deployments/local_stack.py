@@ -4,11 +4,14 @@
 
 Used by the tests and benchmarks/backends.py, and handy for trying the work-pool backend by hand.
 
-`prefect server start` on 127.0.0.1 (free port, PREFECT_HOME in a temp folder, analytics off),
-the `minionsrl-process` pool from deployments/work-pools/process.json, `prefect deploy --all
+A Prefect server on 127.0.0.1 (free port, PREFECT_HOME in a temp folder, analytics off), the
+`minionsrl-process` pool from deployments/work-pools/process.json, `prefect deploy --all
 --no-prompt` with the project's prefect.yaml, and `prefect worker start --type process` polling
-every second. Teardown kills the worker, every flow-run process it started (they run in their own
-sessions, so a process-group kill would miss them), and the server.
+every second. The server is Prefect's own app with all the services `prefect server start` runs,
+but with SQLite write transactions begun IMMEDIATE (flows/local_api.py): the stock server stalled
+on "database is locked" with 32 actor flow runs at once. Teardown kills the worker, every
+flow-run process it started (they run in their own sessions, so a process-group kill would miss
+them), and the server.
 """
 
 from __future__ import annotations
@@ -114,8 +117,8 @@ class PrefectStack:
         return proc
 
     def start_server(self, timeout_s: float = 120) -> None:
-        server = self._spawn("server", str(BIN / "prefect"), "server", "start", "--host",
-                             "127.0.0.1", "--port", str(self.port))
+        server = self._spawn("server", sys.executable, "-m", "flows.local_api", "--port",
+                             str(self.port), "--all-services")
         deadline = time.monotonic() + timeout_s
         while True:
             with contextlib.suppress(OSError):

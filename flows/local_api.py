@@ -37,13 +37,19 @@ def patch_sqlite_write_transactions() -> None:
     configurations.AioSqliteConfiguration.begin_transaction = begin_immediate
 
 
-def serve(port: int) -> None:
+def serve(port: int, all_services: bool = False) -> None:
+    """Serve Prefect's app on 127.0.0.1:port with IMMEDIATE write transactions.
+
+    all_services=False runs only the services an ephemeral server runs (enough for flows that
+    run in-process); True runs all of them, as `prefect server start` does: a work pool's
+    workers need its late-run and cancellation services.
+    """
     import uvicorn
 
     patch_sqlite_write_transactions()
     from prefect.server.api.server import create_app
 
-    uvicorn.run(create_app(ephemeral=True, final=True), host="127.0.0.1", port=port,
+    uvicorn.run(create_app(ephemeral=not all_services, final=True), host="127.0.0.1", port=port,
                 log_level="error", lifespan="on")
 
 
@@ -119,4 +125,7 @@ def _drain_prefect_workers() -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="Serve a tuned temporary Prefect API on 127.0.0.1.")
     parser.add_argument("--port", type=int, required=True)
-    serve(parser.parse_args().port)
+    parser.add_argument("--all-services", action="store_true",
+                        help="run every server service, as `prefect server start` does")
+    args = parser.parse_args()
+    serve(args.port, args.all_services)

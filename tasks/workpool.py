@@ -376,8 +376,9 @@ class WorkPoolBackend:
         """Create the actor's flow run, retrying an API that is briefly overloaded.
 
         Measured: 32 flow runs created at once against `prefect server start` (SQLite) got
-        HTTP 503 after the client's own retries. A run that cannot be created is an ActorError
-        (nothing billed), which the round's retry and quorum handle like any lost actor.
+        HTTP 503 after the client's own retries, and a run created right after its parent task
+        run started got 409 (the parent not yet recorded). A run that cannot be created is an
+        ActorError (nothing billed), which the round's retry and quorum handle like any lost actor.
         """
         parent = _parent_task_run()
         delay = 0.5
@@ -390,6 +391,14 @@ class WorkPoolBackend:
                                 "job_id": job_id}).id
             except Exception as exc:
                 status = getattr(getattr(exc, "response", None), "status_code", None)
+                if status == 409 and parent is not None:
+                    # The parent `rollout` task run reaches the database through the server's
+                    # event recorder, which can lag its first API calls: the foreign key fails.
+                    # Wait for it twice, then start the actor unnested rather than not at all.
+                    if attempt >= 2:
+                        parent = None
+                    time.sleep(delay * (0.5 + random.random()))
+                    continue
                 transient = status is None or status in (408, 429) or status >= 500
                 late = deadline_at is not None and time.time() + delay >= deadline_at
                 if not transient or late or attempt == 5:
