@@ -12,7 +12,8 @@ round wall time minus the union of actors' busy intervals minus the learner's up
 (`time/orchestration_s`), median over rounds 1.. (round 0 includes first-call warm-up).
 
 Work-pool runs start their own Prefect server, `minionsrl-process` pool, deployments and a
-process worker (deployments/local_stack.py), limited to --pool-limit concurrent flow runs.
+process worker (deployments/local_stack.py), limited to --pool-limit concurrent cold actor flow
+runs plus --warm-actors warm servers (a warm server holds its slot while idle).
 
     .venv/bin/python -m benchmarks.backends --backends local dask work-pool --actors 1 8 32
 """
@@ -131,7 +132,8 @@ def main() -> None:
                         help="local / Dask worker processes")
     parser.add_argument("--warm-actors", type=int, default=8, help="most warm work-pool servers")
     parser.add_argument("--pool-limit", type=int, default=8,
-                        help="concurrent flow runs the process worker starts (memory: ~0.4 GB each)")
+                        help="cold actor flow runs the process worker runs at once, besides the "
+                             "warm servers (memory: ~0.4 GB each)")
     parser.add_argument("--warm-modes", nargs="*", default=["subflow", "inline"],
                         help="work-pool warm servers to measure: subflow, inline (none: cold only)")
     parser.add_argument("--skip-rounds", action="store_true")
@@ -146,8 +148,9 @@ def main() -> None:
         from flows.local_api import prefect_api
 
         if "work-pool" in args.backends:
-            prefect = stack.enter_context(prefect_stack(tmp / "stack", tracking_uri,
-                                                        worker_limit=args.pool_limit))
+            # Warm servers hold worker slots while idle: cold actors get --pool-limit besides.
+            prefect = stack.enter_context(prefect_stack(
+                tmp / "stack", tracking_uri, worker_limit=args.pool_limit + args.warm_actors))
             stack.enter_context(prefect.client_env())
         else:
             stack.enter_context(prefect_api())
@@ -166,7 +169,7 @@ def main() -> None:
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     print(f"\nCartPole-v1, {os.cpu_count()} cores, {args.workers} local/Dask workers, work-pool: "
-          f"process worker limit {args.pool_limit}, at most {args.warm_actors} warm servers; "
+          f"process worker limit {args.pool_limit} + {args.warm_actors}, at most {args.warm_actors} warm servers; "
           f"start-up fragment {args.steps} steps, rounds fragment {args.fragment} steps.\n")
     print("| backend | actors | cold start-up s (n) | warm start-up s (n) | warm min s "
           "| round wall s | orchestration overhead s / round | actor start-up in rounds s |")

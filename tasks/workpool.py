@@ -127,9 +127,15 @@ class WorkPoolBackend:
         self._closing = False  # set (under _lock) when close() begins: no new servers after it
         self._starts: list[threading.Thread] = []  # background server starts, joined by close()
         self._monitor: threading.Thread | None = None
-        self.actor_deployment_id = self._deployment_id(actor_deployment)
-        self.server_deployment_id = (self._deployment_id(server_deployment)
-                                     if self.warm_actors else None)
+        try:
+            self.actor_deployment_id = self._deployment_id(actor_deployment)
+            self.server_deployment_id = (self._deployment_id(server_deployment)
+                                         if self.warm_actors else None)
+            if self.warm_actors:
+                self._check_room_for_cold_actors()
+        except Exception:
+            self._client.__exit__(None, None, None)
+            raise
         self._warming = prewarm and self.warm_actors > 0
         self._ready_timeout_s = ready_timeout_s
         self._warm_lock = threading.Lock()
@@ -145,6 +151,21 @@ class WorkPoolBackend:
         except ObjectNotFound:
             raise ValueError(f"deployment {name!r} not found on {self._client.api_url}: run "
                              "`prefect deploy --all` in the project folder (prefect.yaml)") from None
+
+    def _check_room_for_cold_actors(self) -> None:
+        """Warm servers are flow runs that hold their pool's slots while idle: if they can fill
+        the pool's concurrency limit, a round wider than the warm pool creates cold actor runs
+        that no worker may start. (A worker's own `--limit` is not visible through the API;
+        give it warm_actors more than the cold actors it should run.)"""
+        actor_pool = self._client.read_deployment(self.actor_deployment_id).work_pool_name
+        server_pool = self._client.read_deployment(self.server_deployment_id).work_pool_name
+        if actor_pool != server_pool:
+            return
+        limit = self._client.read_work_pool(actor_pool).concurrency_limit
+        if limit is not None and self.warm_actors >= limit:
+            raise ValueError(f"warm_actors={self.warm_actors} would hold every slot of work pool "
+                             f"{actor_pool!r} (concurrency limit {limit}), leaving none for cold "
+                             f"actors: use fewer warm actors or raise the pool's limit")
 
     def _start_server(self) -> _Server:
         server = _Server(server_id=new_token())

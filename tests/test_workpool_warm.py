@@ -119,3 +119,19 @@ def test_warm_subflows_make_each_actor_its_own_flow_run(stack):
                 break
             time.sleep(0.3)
     assert done == ["actor-r0-a0", "actor-r1-a0"]
+
+
+def test_warm_actors_that_would_fill_the_pool_are_refused(stack):
+    """Idle warm servers hold pool slots: warm_actors >= the pool's concurrency limit would
+    leave cold actors unstartable, so it fails before any server starts."""
+    from deployments.local_stack import POOL
+    from tasks.backends import make_backend
+
+    servers_before = len(runs_of(stack, "actor-server"))
+    stack.cli("work-pool", "set-concurrency-limit", POOL, "3")
+    try:
+        with pytest.raises(ValueError, match="concurrency limit 3"):
+            make_backend("work-pool", "CartPole-v1", warm_actors=3)
+        assert len(runs_of(stack, "actor-server")) == servers_before
+    finally:
+        stack.cli("work-pool", "clear-concurrency-limit", POOL)
