@@ -1,15 +1,16 @@
-"""A temporary local Prefect API on 127.0.0.1, tuned for a training loop's write pattern.
+"""A local Prefect API on 127.0.0.1: Prefect's own app, with two fixes for SQLite.
 
-Prefect's own temporary server (ephemeral mode) stores runs in SQLite and opens write
-transactions as DEFERRED. When the server's task-run recorder commits between such a
-transaction's first read and its first write, SQLite answers SQLITE_BUSY_SNAPSHOT at once
-(busy_timeout cannot help), the API returns 503 and the client retries about 2 s later.
-Measured here: a round subflow took 2.4 s, nearly all of it that retry. This server is
-Prefect's own app with one change: every write transaction begins IMMEDIATE, so writers
-queue on SQLite's busy timeout instead of failing.
+1. Prefect's SQLite server opens write transactions DEFERRED. When the server's task-run
+   recorder commits between such a transaction's first read and its first write, SQLite answers
+   SQLITE_BUSY_SNAPSHOT at once (busy_timeout cannot help), the API returns 503 and the client
+   retries about 2 s later. Measured here: a round subflow took 2.4 s, nearly all of it that
+   retry. Here every write transaction begins IMMEDIATE, so writers queue on the busy timeout.
+2. Its request limiter counts websockets, so enough flow-run processes hang the whole API
+   (limit_only_http_requests).
 
-Used only when PREFECT_API_URL is unset; point PREFECT_API_URL at any Prefect server
-(PostgreSQL-backed in production) and none of this runs.
+`prefect_api()` starts it as the temporary API when PREFECT_API_URL is unset (ephemeral
+services); deployments/local_stack.py starts it with all services as the stack's server. Point
+PREFECT_API_URL at any Prefect server (PostgreSQL-backed in production) and none of this runs.
 """
 
 from __future__ import annotations
@@ -37,6 +38,28 @@ def patch_sqlite_write_transactions() -> None:
     configurations.AioSqliteConfiguration.begin_transaction = begin_immediate
 
 
+def limit_only_http_requests() -> None:
+    """Let websockets past Prefect's SQLite request limiter.
+
+    On SQLite, Prefect wraps its app in RequestLimitMiddleware (at most 100 requests at once),
+    and it counts every ASGI connection, websockets included. Each flow-run process keeps
+    event websockets open for its whole life, and the process worker one or more per run it
+    watches: measured with 32 warm actor servers, 138 open connections (67 of them the
+    worker's), after which every HTTP request, /health included, waited forever for a slot.
+    Websockets hold no database transaction while they wait, so only HTTP requests are limited.
+    """
+    from prefect.server.api import server
+
+    limited = server.RequestLimitMiddleware.__call__
+
+    async def call(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        return await limited(self, scope, receive, send)
+
+    server.RequestLimitMiddleware.__call__ = call
+
+
 def serve(port: int, all_services: bool = False) -> None:
     """Serve Prefect's app on 127.0.0.1:port with IMMEDIATE write transactions.
 
@@ -47,6 +70,7 @@ def serve(port: int, all_services: bool = False) -> None:
     import uvicorn
 
     patch_sqlite_write_transactions()
+    limit_only_http_requests()
     from prefect.server.api.server import create_app
 
     uvicorn.run(create_app(ephemeral=not all_services, final=True), host="127.0.0.1", port=port,
