@@ -8,8 +8,10 @@ pinned to one core with one torch thread. Peers measured in the same run, interl
 - bare loop, numpy policy: the same loop calling the same numpy sampler our actors use (MLP
   policies only; an image policy's sampler is the torch forward above, so there is no such peer).
 The bare loops build and reset their envs before the clock starts.
-Ours: `run_actor` on an `ActorJob` (fresh envs, weight load, buffers, episode bookkeeping), rate
-over its sampling phase and over the whole call. Median of `--repeats`. Rates are env steps/s;
+Ours: `run_actor` on an `ActorJob` (seeded, reset envs, weight load, buffers, episode
+bookkeeping), rate over its sampling phase and over the whole call, twice per repetition: with
+newly built envs (a cold actor process), then with the envs its previous job kept (a warm
+worker: local pool, Dask, warm work-pool server). Median of `--repeats`. Rates are env steps/s;
 an Atari step is `frame_skip` (4) emulator frames, so frames/s = 4 x steps/s.
 
 `--envs` and `--steps` (env steps per measurement, split over the envs) default to the env's
@@ -36,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from models.envs import env_spaces, make_env
+from models.envs import close_idle_envs, env_spaces, make_env
 from models.policy import ActorCritic, weights_to_bytes
 from models.presets import preset_for
 from models.rollout import ActorJob, run_actor
@@ -102,12 +104,15 @@ def measure_env(env_id: str, envs_list: list[int], steps: int, repeats: int) -> 
     rows = []
     for n in envs_list:
         steps_per_env = steps // n
-        runs: dict[str, list[float]] = {k: [] for k in (*peers, "ours_sampling", "ours_whole")}
-        phases: dict[str, list[float]] = {k: [] for k in ("startup_s", "weight_load_s", "sampling_s", "whole_s")}
+        runs: dict[str, list[float]] = {
+            k: [] for k in (*peers, "ours_sampling", "ours_whole", "ours_whole_kept_envs")}
+        phases: dict[str, list[float]] = {k: [] for k in (
+            "startup_s", "weight_load_s", "sampling_s", "whole_s", "kept_envs_startup_s")}
         for r in range(repeats):
             for name, act in peers.items():
                 runs[name].append(bare_loop(env_id, n, steps_per_env, act))
             job = ActorJob(env_id, 0, 0, r, steps_per_env, n, policy.hidden, weights)
+            close_idle_envs()  # a cold actor: its envs are built in the job
             t0 = time.perf_counter()
             batch = run_actor(job)
             total = time.perf_counter() - t0
@@ -116,11 +121,16 @@ def measure_env(env_id: str, envs_list: list[int], steps: int, repeats: int) -> 
             for key in ("startup_s", "weight_load_s", "sampling_s"):
                 phases[key].append(batch.timings[key])
             phases["whole_s"].append(total)
+            t0 = time.perf_counter()  # a warm worker's next job: the same envs, seeded and reset
+            kept = run_actor(job)
+            runs["ours_whole_kept_envs"].append(kept.steps / (time.perf_counter() - t0))
+            phases["kept_envs_startup_s"].append(kept.timings["startup_s"])
         med = {k: statistics.median(v) for k, v in runs.items()}
         row = {"envs_per_actor": n, "steps_per_env": steps_per_env, "steps": n * steps_per_env,
                "runs_steps_per_s": runs, "median_steps_per_s": med, "ours_phases_s": phases,
                "sampling_over_bare_torch": med["ours_sampling"] / med["bare_torch"],
-               "whole_over_bare_torch": med["ours_whole"] / med["bare_torch"]}
+               "whole_over_bare_torch": med["ours_whole"] / med["bare_torch"],
+               "whole_kept_envs_over_bare_torch": med["ours_whole_kept_envs"] / med["bare_torch"]}
         if "bare_numpy" in med:
             row["sampling_over_bare_numpy"] = med["ours_sampling"] / med["bare_numpy"]
             row["whole_over_bare_numpy"] = med["ours_whole"] / med["bare_numpy"]
@@ -140,19 +150,21 @@ def print_table(env_id: str, result: dict) -> None:
                   f"{row['sampling_over_bare_torch']:.2f} | {row['sampling_over_bare_numpy']:.2f} |")
         return
     print(f"env steps/s (frames/s = {skip} x steps/s)\n")
-    print("| env | envs per actor | steps | bare loop + CNN, steps/s (frames/s) | our actor, sampling, steps/s | our actor, whole job, steps/s (frames/s) | sampling / bare | whole job / bare |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| env | envs per actor | steps | bare loop + CNN, steps/s (frames/s) | our actor, sampling, steps/s | our actor, whole job, new envs, steps/s (frames/s) | whole job, kept envs, steps/s | sampling / bare | whole job / bare (new envs; kept envs) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         m = row["median_steps_per_s"]
         print(f"| {env_id} | {row['envs_per_actor']} | {row['steps']} | {m['bare_torch']:,.0f} "
               f"({skip * m['bare_torch']:,.0f}) | {m['ours_sampling']:,.0f} | {m['ours_whole']:,.0f} "
-              f"({skip * m['ours_whole']:,.0f}) | {row['sampling_over_bare_torch']:.2f} | "
-              f"{row['whole_over_bare_torch']:.2f} |")
+              f"({skip * m['ours_whole']:,.0f}) | {m['ours_whole_kept_envs']:,.0f} | "
+              f"{row['sampling_over_bare_torch']:.2f} | {row['whole_over_bare_torch']:.2f}; "
+              f"{row['whole_kept_envs_over_bare_torch']:.2f} |")
     for row in rows:
         ph = {k: statistics.median(v) for k, v in row["ours_phases_s"].items()}
         print(f"\n{row['envs_per_actor']} envs: our actor's phases (medians): start-up (build and reset "
-              f"the envs) {ph['startup_s']:.3f} s, weight load {ph['weight_load_s']:.3f} s, sampling "
-              f"{ph['sampling_s']:.3f} s, whole call {ph['whole_s']:.3f} s")
+              f"the envs) {ph['startup_s']:.3f} s (kept envs: reset only, {ph['kept_envs_startup_s']:.3f} s), "
+              f"weight load {ph['weight_load_s']:.3f} s, sampling {ph['sampling_s']:.3f} s, "
+              f"whole call {ph['whole_s']:.3f} s")
 
 
 def main() -> None:

@@ -66,15 +66,21 @@ def _policy_for(env_id: str, hidden: tuple[int, ...]) -> ActorCritic:
 
 
 def run_actor(job: ActorJob) -> RolloutBatch:
-    """Sample job.steps_per_env steps in each of job.envs_per_actor fresh environments."""
+    """Sample job.steps_per_env steps in each of job.envs_per_actor freshly seeded and reset
+    environments (built in this job, or kept from this process's previous one)."""
     t_start = time.time()
     torch.set_num_threads(1)
-    envs = EnvBatch(job.env_id, job.envs_per_actor, job.seed * job.envs_per_actor)
-    policy = _policy_for(job.env_id, tuple(job.hidden))
-    t_ready = time.time()
-    weights_from_bytes(policy, job.weights)
-    t_loaded = time.time()
-    batch = sample_fragment(policy.sampler(job.seed), envs, job.steps_per_env, job.norm)
+    # reuse: a warm worker keeps its built envs for its next job; each job seeds and resets them.
+    envs = EnvBatch(job.env_id, job.envs_per_actor, job.seed * job.envs_per_actor, reuse=True)
+    try:
+        policy = _policy_for(job.env_id, tuple(job.hidden))
+        t_ready = time.time()
+        weights_from_bytes(policy, job.weights)
+        t_loaded = time.time()
+        batch = sample_fragment(policy.sampler(job.seed), envs, job.steps_per_env, job.norm)
+    except BaseException:
+        envs.close(broken=True)
+        raise
     envs.close()
     t_sampled = time.time()
     batch.actor_index = job.actor_index

@@ -201,3 +201,34 @@ def test_counter_episode_returns_are_sums_of_rewards(counter):
     assert len(returns) == int((b.terminated | b.truncated).sum())
     # the observation after the fragment continues each env's open episode
     np.testing.assert_array_equal(b.last_obs[:, 0], (b.obs[-1, :, 0] + 1) * ~(b.terminated[-1] | b.truncated[-1]))
+
+
+# -- env reuse in warm workers -------------------------------------------------------------------
+
+def test_envs_are_kept_for_the_next_batch_of_the_same_env():
+    from models.envs import close_idle_envs
+
+    close_idle_envs()
+    first = EnvBatch("CartPole-v1", 2, seed=0, reuse=True)
+    built = [id(env) for env in first.envs]
+    first.close()
+    again = EnvBatch("CartPole-v1", 3, seed=7, reuse=True)
+    assert [id(env) for env in again.envs[:2]] == built and id(again.envs[2]) not in built
+    again.close()
+    other = EnvBatch("Acrobot-v1", 1, seed=0, reuse=True)  # another env: the kept ones are closed
+    assert id(other.envs[0]) not in built
+    other.close()
+    assert [id(env) for env in EnvBatch("CartPole-v1", 1, seed=0, reuse=True).envs][0] not in built
+    close_idle_envs()
+
+
+def test_reused_envs_sample_what_new_envs_sample(cartpole):
+    """run_actor reuses its process's envs; a job after another job (which left its episodes
+    mid-way) samples exactly what the same job samples on newly built envs."""
+    from models.envs import close_idle_envs
+
+    close_idle_envs()
+    fresh = run_actor(cartpole_job())  # built here
+    run_actor(dataclasses.replace(cartpole_job(seed=9), steps_per_env=37))
+    assert_same_batch(run_actor(cartpole_job()), fresh)
+    assert_same_batch(fresh, cartpole)
