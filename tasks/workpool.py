@@ -24,11 +24,11 @@ from any thread, with the calling `rollout` task run as the actor flow run's par
   download and install to the same container start; it has no process-pool form to measure
   here, and by construction cannot start faster than the deployment path.
 - Warm start is what beats infrastructure start: a warm server turns a job around in one
-  storage write + one inbox poll. Measured here under load (benchmarks/backends.py, SQLite
-  `prefect server start`): 0.006 s (1 actor) and 0.022 s mean (8 at once) inline, against
-  0.53 s and 4.9 s when each job is also an `actor` subflow (`warm_subflows=True`: every
-  subflow is several API writes, and SQLite serialises them); the paper reports about 0.3 s
-  per warm ACI actor.
+  storage write + one inbox poll. Measured here (benchmarks/backends.py, quiet, the
+  local_stack server): 0.015 / 0.028 / 0.047 s mean at 1 / 8 / 32 actors at once, inline.
+  Under load on stock `prefect server start`, 0.53 s and 4.9 s at 1 and 8 when each job is also
+  an `actor` subflow (`warm_subflows=True`: every subflow is several API writes, and SQLite
+  serialises them). The paper reports about 0.3 s per warm ACI actor.
 
 Failure handling: one monitor thread reads the state of every watched flow run (cold actors and
 warm servers) in one API call every `state_poll_s`; a run that ends without writing its batch
