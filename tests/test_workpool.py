@@ -88,6 +88,8 @@ def test_cold_actors_are_their_own_flow_runs_on_the_process_pool(stack):
 
     with get_client(sync_client=True) as client:
         runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["actor"])))
+    # An actor writes its batch before its flow run ends: the Completed state can come just after.
+    runs = [wait_final(stack, r.id, timeout_s=30.0) for r in runs]
     names = sorted(r.name for r in runs if r.state.is_completed())
     assert len(names) == 2 and names[0].startswith("actor-r0-a0-") and names[1].startswith("actor-r0-a1-")
     assert {r.work_pool_name for r in runs} == {POOL}
