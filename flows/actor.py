@@ -30,8 +30,7 @@ from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settin
 
 from models.rollout import run_actor
 from tasks.storage import BlockStore
-
-DEADLINE_GRACE_S = 5.0  # an actor past its deadline by this much ends its own process
+from tasks.workpool import DEADLINE_GRACE_S  # past its deadline by this much, an actor exits
 
 _stores: dict[str, BlockStore] = {}
 _weights: dict[str, bytes] = {}  # last weights this process read: a warm server reuses them

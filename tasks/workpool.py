@@ -54,6 +54,10 @@ from models.rollout import ActorJob, RolloutBatch
 from tasks.errors import ActorError
 from tasks.storage import BlockStore, new_token
 
+# An actor past its job's deadline by this much ends its own process (flows/actor.py).
+DEADLINE_GRACE_S = 5.0
+SETTLE_MARGIN_S = 5.0  # and a run still Cancelling this much later is marked Cancelled
+
 
 def _parent_task_run() -> UUID | None:
     """The calling task run (a round's `rollout`): the actor's flow run shows as its subflow."""
@@ -61,6 +65,33 @@ def _parent_task_run() -> UUID | None:
 
     ctx = TaskRunContext.get()
     return ctx.task_run.id if ctx is not None else None
+
+
+def settle_cancelling_later(flow_run_id: UUID, deadline_at: float, why: str) -> threading.Thread:
+    """Mark a timed-out actor's run Cancelled if it is still Cancelling once its process is
+    surely gone.
+
+    Cancelling becomes Cancelled only when something acts on it: the worker, for a run it has
+    not started; the run's own engine, once it runs. A run cancelled while its process boots can
+    fall between the two, and then stays Cancelling in the UI for good. The actor's deadline
+    watchdog (flows/actor.py) ends its process DEADLINE_GRACE_S after the deadline, or as soon
+    as it reads its job if later; a run marked Cancelled before that is refused by the engine.
+    Runs on its own thread and client, because close() may already have closed the backend's.
+    """
+    def settle() -> None:
+        from prefect import get_client
+        from prefect.states import Cancelled
+
+        time.sleep(max(deadline_at + DEADLINE_GRACE_S + SETTLE_MARGIN_S - time.time(), 0.0))
+        with contextlib.suppress(Exception), get_client(sync_client=True) as client:
+            state = client.read_flow_run(flow_run_id).state
+            if state is not None and state.is_cancelling():
+                client.set_flow_run_state(flow_run_id, Cancelled(
+                    message=f"{why}; its process ended on its own deadline"), force=True)
+
+    thread = threading.Thread(target=settle, daemon=True, name="settle-cancelling")
+    thread.start()
+    return thread
 
 
 @dataclass(eq=False)
@@ -446,7 +477,8 @@ class WorkPoolBackend:
                                  billed_s=time.time() - dispatched_at)
             now = time.time()
             if deadline_at is not None and now >= deadline_at:
-                self._kill(job_id, watch_id, server, f"{label} ran past its {timeout_s:.1f} s timeout")
+                self._kill(job_id, watch_id, server, f"{label} ran past its {timeout_s:.1f} s timeout",
+                           deadline_at)
                 raise ActorError(f"{label} ran past its {timeout_s:.1f} s timeout on {where}; cancelled",
                                  billed_s=now - dispatched_at, timed_out=True)
             final = self._final_state(watch_id)
@@ -463,7 +495,10 @@ class WorkPoolBackend:
             time.sleep(delay if deadline_at is None else max(min(delay, deadline_at - now), 0.0))
             delay = min(delay * 1.5, 0.05)
 
-    def _kill(self, job_id: str, watch_id: UUID, server: _Server | None, why: str) -> None:
+    def _kill(self, job_id: str, watch_id: UUID, server: _Server | None, why: str,
+              deadline_at: float | None = None) -> None:
+        if deadline_at is not None:
+            settle_cancelling_later(watch_id, deadline_at, why)
         if server is None:
             self._cancel(watch_id, why)
             return

@@ -22,3 +22,4 @@ def test_health_answers_while_many_websockets_are_open(prefect_api_url):
         with urllib.request.urlopen(f"{prefect_api_url}/health", timeout=10) as response:
             assert response.status == 200
             assert response.read() == b"true"
+
