@@ -64,8 +64,8 @@ def serve(port: int, all_services: bool = False) -> None:
     """Serve Prefect's app on 127.0.0.1:port with IMMEDIATE write transactions.
 
     all_services=False runs only the services an ephemeral server runs (enough for flows that
-    run in-process); True runs all of them, as `prefect server start` does: a work pool's
-    workers need its late-run and cancellation services.
+    run in-process); True runs all of them, as `prefect server start` does, for work pools:
+    the foreman (worker and pool health), late runs, cancellation clean-up, the scheduler.
     """
     import uvicorn
 
