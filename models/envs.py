@@ -109,6 +109,12 @@ class _IdleEnvs:
             taken, self._envs = self._envs[:n], self._envs[n:]
             return taken
 
+    def clear(self) -> None:
+        with self._lock:
+            stale, self._envs, self._key = self._envs, [], None
+        for env in stale:
+            env.close()
+
     def give_back(self, env_id: str, training: bool, envs: list[gym.Env]) -> None:
         with self._lock:
             stale = []
@@ -124,7 +130,7 @@ _idle_envs = _IdleEnvs()
 
 def close_idle_envs() -> None:
     """Close the envs this process keeps for reuse (EnvBatch(reuse=True))."""
-    _idle_envs.give_back("", False, [])
+    _idle_envs.clear()
 
 
 class EnvBatch:

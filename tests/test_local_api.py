@@ -23,3 +23,12 @@ def test_health_answers_while_many_websockets_are_open(prefect_api_url):
             assert response.status == 200
             assert response.read() == b"true"
 
+
+
+def test_clients_of_the_temporary_api_skip_csrf_tokens(prefect_api_url):
+    """Its server issues none (CSRF protection off): asking would cost every new client,
+    one per round subflow, an API call."""
+    from prefect.settings import PREFECT_CLIENT_CSRF_SUPPORT_ENABLED, PREFECT_SERVER_CSRF_PROTECTION_ENABLED
+
+    assert not PREFECT_SERVER_CSRF_PROTECTION_ENABLED.value()
+    assert PREFECT_CLIENT_CSRF_SUPPORT_ENABLED.value() is False

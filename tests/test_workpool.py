@@ -154,3 +154,25 @@ def test_cold_actor_slower_than_its_timeout_is_cancelled(stack):
     hung = [r for r in runs if r.parameters.get("prefix") == backend.prefix]
     assert len(hung) == 1
     assert wait_final(stack, hung[0].id, timeout_s=240.0).state.is_cancelled()
+
+
+def test_actor_run_whose_parent_task_run_is_not_recorded_starts_unnested(stack):
+    """The server records a `rollout` task run from its events, which can lag: creating the
+    actor's run under it then fails its foreign key (409). After waiting twice the backend
+    creates the run without the parent rather than losing the actor."""
+    import uuid
+
+    from prefect import get_client
+    from prefect.states import Cancelled
+
+    from tasks.backends import make_backend
+
+    backend = make_backend("work-pool", "CartPole-v1")
+    try:
+        run_id = backend._create_actor_run("r9-a0-unnested", None, parent=uuid.uuid4())
+        with get_client(sync_client=True) as client:
+            run = client.read_flow_run(run_id)
+            client.set_flow_run_state(run_id, Cancelled(message="test: not to be run"), force=True)
+        assert run.name == "actor-r9-a0-unnested" and run.parent_task_run_id is None
+    finally:
+        backend.close()
