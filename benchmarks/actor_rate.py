@@ -116,15 +116,15 @@ def measure_env(env_id: str, envs_list: list[int], steps: int, repeats: int) -> 
             t0 = time.perf_counter()
             batch = run_actor(job)
             total = time.perf_counter() - t0
-            runs["ours_sampling"].append(batch.steps / batch.timings["sampling_s"])
+            runs["ours_sampling"].append(batch.steps / batch.timings.sampling_s)
             runs["ours_whole"].append(batch.steps / total)
             for key in ("startup_s", "weight_load_s", "sampling_s"):
-                phases[key].append(batch.timings[key])
+                phases[key].append(getattr(batch.timings, key))
             phases["whole_s"].append(total)
             t0 = time.perf_counter()  # a warm worker's next job: the same envs, seeded and reset
             kept = run_actor(job)
             runs["ours_whole_kept_envs"].append(kept.steps / (time.perf_counter() - t0))
-            phases["kept_envs_startup_s"].append(kept.timings["startup_s"])
+            phases["kept_envs_startup_s"].append(kept.timings.startup_s)
         med = {k: statistics.median(v) for k, v in runs.items()}
         row = {"envs_per_actor": n, "steps_per_env": steps_per_env, "steps": n * steps_per_env,
                "runs_steps_per_s": runs, "median_steps_per_s": med, "ours_phases_s": phases,

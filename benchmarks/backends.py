@@ -51,8 +51,8 @@ def run_wave(backend, n: int, round_index: int, steps: int) -> list:
 
 
 def split(batches: list) -> dict[str, float]:
-    cold = [b.timings["startup_s"] for b in batches if b.timings.get("cold_start") == 1.0]
-    warm = [b.timings["startup_s"] for b in batches if b.timings.get("cold_start") == 0.0]
+    cold = [b.timings.startup_s for b in batches if b.timings.cold_start is True]
+    warm = [b.timings.startup_s for b in batches if b.timings.cold_start is False]
     return {"cold_n": len(cold), "cold_s": statistics.mean(cold) if cold else float("nan"),
             "warm_n": len(warm), "warm_s": statistics.mean(warm) if warm else float("nan"),
             "warm_min_s": min(warm) if warm else float("nan")}

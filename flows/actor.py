@@ -85,11 +85,11 @@ def run_job(store: BlockStore, prefix: str, job_id: str, body_at: float, cold: b
         job = dataclasses.replace(envelope["job"], weights=weights)
         batch = run_actor(job)
         t = batch.timings
-        t["cold_start"] = 1.0 if cold else 0.0
-        t["body_at"] = body_at
-        t["job_read_s"] = read_at - body_at
-        t["weight_transfer_s"] = fetched_at - read_at
-        t["sent_at"] = time.time()
+        t.cold_start = cold
+        t.body_at = body_at
+        t.job_read_s = read_at - body_at
+        t.weight_transfer_s = fetched_at - read_at
+        t.sent_at = time.time()
         store.put_obj(f"{prefix}/results/{job_id}", ("batch", batch))
     except Exception as exc:
         store.put_obj(f"{prefix}/results/{job_id}",

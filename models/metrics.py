@@ -14,27 +14,7 @@ import numpy as np
 
 from models.cost import PriceTable, round_cost, round_time
 from models.rollout import RolloutBatch
-
-
-def actor_phases(batch: RolloutBatch) -> dict[str, float]:
-    """The parts of one actor's duration P^a, from the flow's request to its data back.
-
-    Waiting for a free local core (queue_s) is not part of P^a: with one core per actor, as
-    on serverless infrastructure, it would not exist.
-    """
-    t = batch.timings
-    dispatched = t.get("dispatched_at", t["requested_at"])
-    phases = {
-        "dispatch_s": max(dispatched - t["requested_at"], 0.0),
-        "queue_s": max(t["started_at"] - dispatched, 0.0),
-        "startup_s": t["startup_s"],
-        "weight_load_s": t["weight_load_s"],
-        "sampling_s": t["sampling_s"],
-        "upload_s": max(t.get("received_at", t["sampled_at"]) - t["sampled_at"], 0.0),
-    }
-    phases["duration_s"] = (phases["dispatch_s"] + phases["startup_s"] + phases["weight_load_s"]
-                            + phases["sampling_s"] + phases["upload_s"])
-    return phases
+from models.timings import OPTIONAL_FIGURES, PHASE_NAMES, ActorPhases
 
 
 def busy_span(intervals: list[tuple[float, float]]) -> float:
@@ -66,11 +46,12 @@ def round_metrics(batches: list[RolloutBatch], learner_s: float, wall_s: float,
     actors that finished are in their batch's timings. Both are cost, neither is a duration.
     """
     failed_billed_s = failed_billed_s or []
-    retried_s = [b.timings.get("failed_attempts_billed_s", 0.0) for b in batches]
-    phases = [actor_phases(b) for b in batches]
-    durations = [p["duration_s"] for p in phases]
-    actor_busy = busy_span([(b.timings["started_at"], b.timings.get("sent_at", b.timings["sampled_at"]))
-                            for b in batches])
+    timings = [b.timings for b in batches]
+    retried_s = [t.failed_attempts_billed_s for t in timings]
+    phases = [ActorPhases.of(t) for t in timings]
+    durations = [p.duration_s for p in phases]
+    actor_busy = busy_span([(t.started_at, t.sampled_at if t.sent_at is None else t.sent_at)
+                            for t in timings])
     steps = sum(b.steps for b in batches)
     episodes = [r for b in batches for r in b.episode_returns]
     out = {
@@ -87,14 +68,14 @@ def round_metrics(batches: list[RolloutBatch], learner_s: float, wall_s: float,
         "time/actor_busy_s": actor_busy,
         "cost/round_usd": round_cost(learner_s, durations + retried_s + failed_billed_s, prices),
         "rollout/actor_failures": float(len(failed_billed_s)),
-        "rollout/actor_retries": float(sum(b.timings.get("attempts", 1.0) - 1 for b in batches)),
+        "rollout/actor_retries": float(sum(t.attempts - 1 for t in timings)),
     }
-    for key in ("dispatch_s", "queue_s", "startup_s", "weight_load_s", "sampling_s", "upload_s"):
-        out[f"time/actor_{key}"] = float(np.mean([p[key] for p in phases]))
-    for key in ("cold_start", "weight_transfer_s", "infra_startup_s", "boot_s"):
-        values = [b.timings[key] for b in batches if key in b.timings]
+    for key in PHASE_NAMES:
+        out[f"time/actor_{key}"] = float(np.mean([getattr(p, key) for p in phases]))
+    for key in OPTIONAL_FIGURES:
+        values = [float(getattr(t, key)) for t in timings if getattr(t, key) is not None]
         if values:  # reported by some backends only (cold_start: fraction of actors started cold)
             out[f"time/actor_{key}"] = float(np.mean(values))
-    sampling = sum(p["sampling_s"] for p in phases)
+    sampling = sum(p.sampling_s for p in phases)
     out["perf/actor_steps_per_s"] = steps / sampling if sampling > 0 else math.nan
     return out

@@ -2,14 +2,14 @@
 
 The life cycle in one round, for observations and rewards alike:
 
-1. The learner ships its statistics with the weights: ``base.state_dict()`` (a few small
+1. The learner ships its statistics with the weights: a `NormStats` of `Moments` (a few small
    numpy arrays).
 2. Each actor builds an `ObservationNormalizer` / `RewardScaler` from that base. While sampling,
    it normalises with the live statistics (base plus everything it has seen so far, as
    gymnasium's NormalizeObservation and SB3's VecNormalize do) and separately accumulates a
    *delta*: the statistics of only the data it saw in this fragment. It stores the normalised
    observations and scaled rewards in its batch, so the learner re-scores exactly what the
-   policy saw, and returns ``delta.state_dict()`` with the batch.
+   policy saw, and returns ``delta.moments()`` with the batch (`NormDeltas`).
 3. The learner calls ``merge_base_and_deltas(base, deltas)``: base merged once with every
    actor's delta. That equals the statistics of all data ever seen, exactly (Chan et al.'s
    parallel formula), whatever the number of actors. Merging the actors' full statistics
@@ -21,11 +21,50 @@ Variances are population variances (ddof=0), as numpy's ``var`` and SB3 compute 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 EPSILON = 1e-8
+
+
+@dataclass(frozen=True)
+class Moments:
+    """A frozen snapshot of running statistics: sample count, mean and population variance."""
+
+    count: float
+    mean: np.ndarray
+    var: np.ndarray
+
+    def to_state(self) -> dict[str, float | torch.Tensor]:
+        """Plain checkpoint form: a float and two float64 tensors (loads with weights_only)."""
+        return {"count": float(self.count), "mean": torch.from_numpy(np.array(self.mean, dtype=np.float64)),
+                "var": torch.from_numpy(np.array(self.var, dtype=np.float64))}
+
+    @classmethod
+    def from_state(cls, state: dict) -> Moments:
+        def array(x) -> np.ndarray:
+            return np.array(x.numpy() if isinstance(x, torch.Tensor) else x, dtype=np.float64)
+
+        return cls(float(state["count"]), array(state["mean"]), array(state["var"]))
+
+
+@dataclass(frozen=True)
+class NormStats:
+    """The learner's normaliser statistics, shipped to every actor with the weights."""
+
+    obs: Moments | None
+    reward: Moments | None
+    gamma: float
+
+
+@dataclass(frozen=True)
+class NormDeltas:
+    """The statistics of one fragment's own data, returned by an actor for the learner to merge."""
+
+    obs: Moments | None = None
+    reward: Moments | None = None
 
 
 class RunningMeanStd:
@@ -87,41 +126,42 @@ class RunningMeanStd:
         return np.clip(z, -clip, clip).astype(np.float32)
 
     def copy(self) -> RunningMeanStd:
-        return RunningMeanStd.from_state_dict(self.state_dict())
+        return RunningMeanStd.from_moments(self.moments())
 
-    def state_dict(self) -> dict[str, Any]:
-        """Plain, picklable state: {"count": float, "mean": ndarray, "var": ndarray} (copies)."""
-        return {"count": float(self.count), "mean": self.mean.copy(), "var": self.var.copy()}
+    def moments(self) -> Moments:
+        """A frozen copy of the statistics."""
+        return Moments(float(self.count), self.mean.copy(), self.var.copy())
 
     @classmethod
-    def from_state_dict(cls, state: dict[str, Any]) -> RunningMeanStd:
-        mean = np.array(state["mean"], dtype=np.float64)
+    def from_moments(cls, moments: Moments) -> RunningMeanStd:
+        mean = np.array(moments.mean, dtype=np.float64)
         out = cls(mean.shape)
-        out.count = float(state["count"])
+        out.count = float(moments.count)
         out.mean = mean
-        out.var = np.array(state["var"], dtype=np.float64)
+        out.var = np.array(moments.var, dtype=np.float64)
         return out
 
     def __repr__(self) -> str:
         return f"RunningMeanStd(shape={self.shape}, count={self.count:g})"
 
 
-def merge_base_and_deltas(base: RunningMeanStd | dict, deltas: Iterable[RunningMeanStd | dict]) -> RunningMeanStd:
+def merge_base_and_deltas(base: RunningMeanStd | Moments,
+                          deltas: Iterable[RunningMeanStd | Moments]) -> RunningMeanStd:
     """The learner's merge: the shipped base merged once with each actor's delta (new object).
 
-    Accepts instances or their state dicts. The result is the statistics of the base's data
-    followed by every actor's fragment data; the order of deltas does not matter.
+    The result is the statistics of the base's data followed by every actor's fragment data;
+    the order of deltas does not matter.
     """
-    def _as_rms(s: RunningMeanStd | dict) -> RunningMeanStd:
-        return s if isinstance(s, RunningMeanStd) else RunningMeanStd.from_state_dict(s)
+    def _as_rms(s: RunningMeanStd | Moments) -> RunningMeanStd:
+        return s if isinstance(s, RunningMeanStd) else RunningMeanStd.from_moments(s)
 
     return RunningMeanStd.merged([_as_rms(base), *(_as_rms(d) for d in deltas)])
 
 
-def _start_from(base: RunningMeanStd | dict | None, shape: tuple[int, ...]) -> RunningMeanStd:
+def _start_from(base: RunningMeanStd | Moments | None, shape: tuple[int, ...]) -> RunningMeanStd:
     if base is None:
         return RunningMeanStd(shape)
-    rms = base.copy() if isinstance(base, RunningMeanStd) else RunningMeanStd.from_state_dict(base)
+    rms = base.copy() if isinstance(base, RunningMeanStd) else RunningMeanStd.from_moments(base)
     if rms.shape != tuple(shape):
         raise ValueError(f"shipped statistics have shape {rms.shape}, expected {tuple(shape)}")
     return rms
@@ -132,11 +172,11 @@ class ObservationNormalizer:
 
     ``stats`` starts as a copy of the shipped base and is updated with every batch (so it is
     base merged with delta); ``delta`` holds only this fragment's data and is what the actor
-    returns (``normalizer.delta.state_dict()``). Normalise the final observation of a truncated
+    returns (``normalizer.delta.moments()``). Normalise the final observation of a truncated
     episode (for its bootstrap value) with ``update=False``: it is not a new sample.
     """
 
-    def __init__(self, obs_shape: tuple[int, ...], base: RunningMeanStd | dict | None = None,
+    def __init__(self, obs_shape: tuple[int, ...], base: RunningMeanStd | Moments | None = None,
                  clip: float = 10.0, epsilon: float = EPSILON):
         self.stats = _start_from(base, obs_shape)
         self.delta = RunningMeanStd(tuple(obs_shape))
@@ -161,7 +201,7 @@ class RewardScaler:
     observation statistics; the per-env returns G are the actor's own and are not shipped.
     """
 
-    def __init__(self, num_envs: int, gamma: float = 0.99, base: RunningMeanStd | dict | None = None,
+    def __init__(self, num_envs: int, gamma: float = 0.99, base: RunningMeanStd | Moments | None = None,
                  clip: float = 10.0, epsilon: float = EPSILON):
         if not 0.0 <= gamma <= 1.0:
             raise ValueError(f"gamma must be in [0, 1], got {gamma}")

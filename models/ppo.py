@@ -11,7 +11,7 @@ import torch
 from models.config import PPOConfig
 from models.envs import EnvSpaces
 from models.gae import compute_gae, next_values_for
-from models.normalization import RunningMeanStd, merge_base_and_deltas
+from models.normalization import Moments, NormStats, RunningMeanStd, merge_base_and_deltas
 from models.policy import ActorCritic, weights_to_bytes
 from models.rollout import RolloutBatch
 
@@ -99,21 +99,20 @@ class Learner:
         copy.load_state_dict({k: v.cpu() for k, v in self.policy.state_dict().items()})
         return copy
 
-    def norm_state(self) -> dict | None:
+    def norm_state(self) -> NormStats | None:
         """Normaliser statistics that travel to actors with the weights (None: no normalising)."""
         if self.obs_rms is None and self.ret_rms is None:
             return None
-        return {"obs": self.obs_rms.state_dict() if self.obs_rms else None,
-                "reward": self.ret_rms.state_dict() if self.ret_rms else None,
-                "gamma": self.cfg.gamma}
+        return NormStats(obs=self.obs_rms.moments() if self.obs_rms else None,
+                         reward=self.ret_rms.moments() if self.ret_rms else None,
+                         gamma=self.cfg.gamma)
 
     def _merge_norm_deltas(self, batches: list[RolloutBatch]) -> None:
         """Exact merge: shipped base + each actor's own fragment statistics (never the base twice)."""
         if self.obs_rms is not None:
-            self.obs_rms = merge_base_and_deltas(self.obs_rms, [b.norm_deltas["obs"] for b in batches])
+            self.obs_rms = merge_base_and_deltas(self.obs_rms, [b.norm_deltas.obs for b in batches])
         if self.ret_rms is not None:
-            self.ret_rms = merge_base_and_deltas(self.ret_rms,
-                                                 [b.norm_deltas["reward"] for b in batches])
+            self.ret_rms = merge_base_and_deltas(self.ret_rms, [b.norm_deltas.reward for b in batches])
 
     # -- advantage phase -----------------------------------------------------------------
     @torch.no_grad()
@@ -230,17 +229,18 @@ class Learner:
 
     # -- checkpointing -------------------------------------------------------------------
     def state_dict(self) -> dict:
+        """Plain state (tensors, numbers, dicts): loads with torch.load(weights_only=True)."""
         return {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "generator": self.generator.get_state(), "updates": self.updates,
-                "norm": self.norm_state()}
+                "obs_rms": self.obs_rms.moments().to_state() if self.obs_rms else None,
+                "ret_rms": self.ret_rms.moments().to_state() if self.ret_rms else None}
 
     def load_state_dict(self, state: dict) -> None:
         self.policy.load_state_dict(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.generator.set_state(state["generator"])
         self.updates = state["updates"]
-        norm = state.get("norm") or {}
-        if norm.get("obs") is not None:
-            self.obs_rms = RunningMeanStd.from_state_dict(norm["obs"])
-        if norm.get("reward") is not None:
-            self.ret_rms = RunningMeanStd.from_state_dict(norm["reward"])
+        if state["obs_rms"] is not None:
+            self.obs_rms = RunningMeanStd.from_moments(Moments.from_state(state["obs_rms"]))
+        if state["ret_rms"] is not None:
+            self.ret_rms = RunningMeanStd.from_moments(Moments.from_state(state["ret_rms"]))

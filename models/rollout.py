@@ -8,14 +8,15 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from models.envs import EnvBatch, env_spaces
-from models.normalization import ObservationNormalizer, RewardScaler
+from models.normalization import NormDeltas, NormStats, ObservationNormalizer, RewardScaler
 from models.policy import ActorCritic, weights_from_bytes
+from models.timings import ActorTimings
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,7 @@ class ActorJob:
     hidden: tuple[int, ...]
     weights: bytes
     requested_at: float = 0.0  # wall clock when the flow asked for this actor
-    norm: dict | None = None  # shipped normaliser statistics: {"obs": ..., "reward": ..., "gamma": ...}
+    norm: NormStats | None = None  # the learner's normaliser statistics (None: no normalising)
 
 
 @dataclass
@@ -50,8 +51,8 @@ class RolloutBatch:
     episode_returns: list[float]
     episode_lengths: list[int]
     actor_index: int = 0
-    timings: dict[str, float] = field(default_factory=dict)
-    norm_deltas: dict[str, dict] = field(default_factory=dict)  # this fragment's statistics
+    timings: ActorTimings | None = None  # set by run_actor, completed by the backend
+    norm_deltas: NormDeltas = NormDeltas()  # this fragment's own normaliser statistics
 
     @property
     def steps(self) -> int:
@@ -84,19 +85,14 @@ def run_actor(job: ActorJob) -> RolloutBatch:
     envs.close()
     t_sampled = time.time()
     batch.actor_index = job.actor_index
-    batch.timings = {
-        "requested_at": job.requested_at or t_start,
-        "started_at": t_start,
-        "startup_s": t_ready - t_start,
-        "weight_load_s": t_loaded - t_ready,
-        "sampling_s": t_sampled - t_loaded,
-        "sampled_at": t_sampled,
-    }
+    batch.timings = ActorTimings(requested_at=job.requested_at or t_start, started_at=t_start,
+                                 startup_s=t_ready - t_start, weight_load_s=t_loaded - t_ready,
+                                 sampling_s=t_sampled - t_loaded, sampled_at=t_sampled)
     return batch
 
 
 def sample_fragment(act: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]], envs: EnvBatch,
-                    steps: int, norm: dict | None = None) -> RolloutBatch:
+                    steps: int, norm: NormStats | None = None) -> RolloutBatch:
     """The hot loop: preallocated buffers, one batched policy call per step.
 
     act maps a batch of observations to (actions, log-probs). With `norm`, observations are
@@ -106,10 +102,10 @@ def sample_fragment(act: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]], 
     n = envs.num_envs
     sp = envs.spaces
     obs_norm = rew_scale = None
-    if norm and norm.get("obs") is not None:
-        obs_norm = ObservationNormalizer(sp.obs_shape, norm["obs"])
-    if norm and norm.get("reward") is not None:
-        rew_scale = RewardScaler(n, norm["gamma"], norm["reward"])
+    if norm is not None and norm.obs is not None:
+        obs_norm = ObservationNormalizer(sp.obs_shape, norm.obs)
+    if norm is not None and norm.reward is not None:
+        rew_scale = RewardScaler(n, norm.gamma, norm.reward)
     obs_dtype = np.float32 if obs_norm else sp.obs_dtype
     obs_buf = np.empty((steps, n, *sp.obs_shape), dtype=obs_dtype)
     act_shape = () if sp.discrete else (sp.n_actions,)
@@ -149,6 +145,6 @@ def sample_fragment(act: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]], 
         last_obs=np.array(obs, copy=True),
         episode_returns=envs.completed_returns[first_return:],
         episode_lengths=envs.completed_lengths[first_return:],
-        norm_deltas={key: stats.delta.state_dict()
-                     for key, stats in (("obs", obs_norm), ("reward", rew_scale)) if stats},
+        norm_deltas=NormDeltas(obs=obs_norm.delta.moments() if obs_norm else None,
+                               reward=rew_scale.delta.moments() if rew_scale else None),
     )

@@ -9,9 +9,9 @@ The `backend` parameter of the train flow picks one by name; the round loop neve
 - dask: actors as tasks on a Dask cluster, a LocalCluster or one at an address
   (tasks/dask_backend.py).
 
-Every backend sets batch.timings['dispatched_at'] (hand-off) and ['received_at'] (batch back)
-and 'cold_start' (1.0 when the actor's process had to boot for it); the actor itself records
-started_at, startup_s, weight_load_s, sampling_s and sampled_at (models/rollout.py).
+Every backend sets batch.timings.dispatched_at (hand-off) and .received_at (batch back) and
+.cold_start (the actor's process had to boot for it); the actor itself records the rest of
+its `ActorTimings` (models/timings.py).
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ class LocalBackend:
         self.pool.wait_ready()  # once, before the clock starts: pre-warming is not this actor's
         dispatched_at = time.time()
         batch = self.pool.run(job, timeout_s)
-        batch.timings["dispatched_at"] = dispatched_at
-        batch.timings["received_at"] = time.time()
+        batch.timings.dispatched_at = dispatched_at
+        batch.timings.received_at = time.time()
         return batch
 
     def close(self) -> None:

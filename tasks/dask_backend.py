@@ -56,9 +56,9 @@ def _actor(job: ActorJob) -> RolloutBatch:
     torch.set_num_threads(1)
     batch = run_actor(job)
     _jobs_done += 1
-    batch.timings["cold_start"] = 1.0 if cold else 0.0
-    batch.timings["worker_pid"] = float(os.getpid())
-    batch.timings["sent_at"] = time.time()
+    batch.timings.cold_start = cold
+    batch.timings.worker_pid = os.getpid()
+    batch.timings.sent_at = time.time()
     return batch
 
 
@@ -124,12 +124,10 @@ class DaskBackend:
         finally:
             future.release()
         t = batch.timings
-        if t["cold_start"]:  # the worker imported torch and our modules for this job: start-up
-            t["boot_s"] = max(t["started_at"] - dispatched_at, 0.0)
-            t["startup_s"] += t["boot_s"]
-            t["started_at"] = dispatched_at
-        t["dispatched_at"] = dispatched_at
-        t["received_at"] = time.time()
+        if t.cold_start:  # the worker imported torch and our modules for this job
+            t.count_boot_as_startup(dispatched_at)
+        t.dispatched_at = dispatched_at
+        t.received_at = time.time()
         return batch
 
     def _kill(self, key: str) -> None:

@@ -52,7 +52,7 @@ def _worker_main(conn: Connection, warm_env_id: str | None) -> None:
         except Exception as exc:  # the actor failed, the process is fine: report and go on
             conn.send((_ERROR, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
             continue
-        batch.timings["sent_at"] = time.time()
+        batch.timings.sent_at = time.time()
         conn.send((_BATCH, batch))
 
 
@@ -226,11 +226,9 @@ class LocalActorPool:
                 raise ActorError(f"actor r{job.round_index}-a{job.actor_index} failed: {payload}",
                                    billed_s=time.time() - handed_at)
             batch: RolloutBatch = payload
-            batch.timings["cold_start"] = 1.0 if cold else 0.0
-            if cold:  # the process booted while this job waited: that is start-up, not queueing
-                batch.timings["boot_s"] = max(batch.timings["started_at"] - handed_at, 0.0)
-                batch.timings["startup_s"] += batch.timings["boot_s"]
-                batch.timings["started_at"] = handed_at
+            batch.timings.cold_start = cold
+            if cold:
+                batch.timings.count_boot_as_startup(handed_at)
             return batch
 
     def busy(self) -> dict[int, int]:

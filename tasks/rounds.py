@@ -55,8 +55,8 @@ def rollout(backend: ActorBackend, job: ActorJob, timeout_s: float | None = None
             get_run_logger().warning("actor %d of round %d failed (attempt %d of %d): %s",
                                      job.actor_index, job.round_index, attempt, retries + 1, exc)
             continue
-        batch.timings["failed_attempts_billed_s"] = billed
-        batch.timings["attempts"] = float(attempt)
+        batch.timings.failed_attempts_billed_s = billed
+        batch.timings.attempts = attempt
         return batch
     return ActorFailure(job.actor_index, retries + 1, billed, timed_out, error)
 

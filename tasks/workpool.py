@@ -413,15 +413,9 @@ class WorkPoolBackend:
             self.store.delete(*(f"{self.prefix}/{d}/{job_id}" for d in ("jobs", "started", "results")))
         received_at = time.time()
         t = batch.timings
-        # Everything between the hand-off and the actor's body is infrastructure start-up
-        # (worker poll, process/container start, imports; for a warm server: inbox poll and
-        # subflow creation). The actor is billed from the hand-off, so started_at moves there.
-        t["infra_startup_s"] = max(t["body_at"] - dispatched_at, 0.0)
-        t["startup_s"] += t["infra_startup_s"] + t["job_read_s"]
-        t["weight_load_s"] += t["weight_transfer_s"]
-        t["started_at"] = dispatched_at
-        t["dispatched_at"] = dispatched_at
-        t["received_at"] = received_at
+        t.count_infra_as_startup(dispatched_at)
+        t.dispatched_at = dispatched_at
+        t.received_at = received_at
         return batch
 
     def _create_actor_run(self, job_id: str, deadline_at: float | None, parent: UUID | None) -> UUID:

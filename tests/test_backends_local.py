@@ -55,9 +55,9 @@ def test_warm_actors_return_batches_with_timings(backend):
     for i, batch in enumerate(batches):
         t = batch.timings
         assert batch.actor_index == i and batch.steps == 64
-        assert t["cold_start"] == 0.0
-        assert t["dispatched_at"] <= t["started_at"] <= t["sampled_at"] <= t["received_at"]
-        assert t["startup_s"] < 1.0  # warm: the process and the env's modules were ready
+        assert t.cold_start is False
+        assert t.dispatched_at <= t.started_at <= t.sampled_at <= t.received_at
+        assert t.startup_s < 1.0  # warm: the process and the env's modules were ready
 
 
 def test_timeout_kills_the_actor_and_replaces_its_worker(backend):
@@ -78,7 +78,7 @@ def test_timeout_kills_the_actor_and_replaces_its_worker(backend):
     # The pool still serves two actors at once; the replacement boots on demand (cold).
     with ThreadPoolExecutor(2) as ex:
         batches = list(ex.map(lambda i: backend.run(make_job(actor=i), timeout_s=120), range(2)))
-    assert sorted(b.timings["cold_start"] for b in batches) in ([0.0, 1.0], [0.0, 0.0])
+    assert sorted(b.timings.cold_start for b in batches) in ([False, True], [False, False])
 
 
 def test_worker_killed_mid_rollout_fails_only_its_actor(backend):
@@ -122,10 +122,10 @@ def test_cold_start_is_recorded_without_prewarming():
         second = b.run(make_job(actor=1), timeout_s=60)
     finally:
         b.close()
-    assert first.timings["cold_start"] == 1.0 and second.timings["cold_start"] == 0.0
+    assert first.timings.cold_start is True and second.timings.cold_start is False
     # The cold actor's start-up includes its process boot (importing torch and gymnasium).
-    assert first.timings["boot_s"] > 0.2
-    assert first.timings["startup_s"] > second.timings["startup_s"]
+    assert first.timings.boot_s > 0.2
+    assert first.timings.startup_s > second.timings.startup_s
 
 
 def test_actor_process_modules_do_not_load_prefect():

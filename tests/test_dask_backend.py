@@ -39,7 +39,7 @@ def test_dask_actor_past_its_timeout_restarts_its_worker():
     backend = make_backend("dask", "CartPole-v1", workers=2)
     try:
         first = backend.run(make_job(), timeout_s=120)
-        assert first.timings["cold_start"] in (0.0, 1.0) and first.steps == 64
+        assert first.timings.cold_start in (False, True) and first.steps == 64
         before = set(backend.client.scheduler_info()["workers"])
         started = time.monotonic()
         with pytest.raises(ActorError) as info:

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from models.cost import PriceTable, round_cost
-from models.metrics import actor_phases, busy_span, mean_return, round_metrics
+from models.metrics import busy_span, mean_return, round_metrics
 from models.rollout import RolloutBatch
+from models.timings import ActorPhases, ActorTimings
 
 
 @pytest.mark.parametrize(
@@ -30,7 +31,7 @@ def test_busy_span(intervals, expected):
     assert busy_span(intervals) == pytest.approx(expected)
 
 
-def batch(timings: dict[str, float], returns: list[float] = (), steps: int = 4, envs: int = 2) -> RolloutBatch:
+def batch(timings: ActorTimings, returns: list[float] = (), steps: int = 4, envs: int = 2) -> RolloutBatch:
     z = np.zeros((steps, envs), dtype=np.float32)
     return RolloutBatch(
         obs=np.zeros((steps, envs, 4), np.float32), actions=np.zeros((steps, envs), np.int64), logp=z,
@@ -40,35 +41,35 @@ def batch(timings: dict[str, float], returns: list[float] = (), steps: int = 4, 
 
 
 # Asked at 100.0, dispatched at 100.5, started on a core at 103.0 (2.5 s queued), data back at 104.6.
-QUEUED = {"requested_at": 100.0, "dispatched_at": 100.5, "started_at": 103.0, "startup_s": 0.2,
-          "weight_load_s": 0.1, "sampling_s": 1.0, "sampled_at": 104.3, "received_at": 104.6}
+QUEUED = ActorTimings(requested_at=100.0, dispatched_at=100.5, started_at=103.0, startup_s=0.2,
+                      weight_load_s=0.1, sampling_s=1.0, sampled_at=104.3, received_at=104.6)
 
 
 def test_actor_phases_exclude_queue_time():
-    phases = actor_phases(batch(QUEUED))
-    assert phases["dispatch_s"] == pytest.approx(0.5)
-    assert phases["queue_s"] == pytest.approx(2.5)
-    assert phases["upload_s"] == pytest.approx(0.3)
-    assert (phases["startup_s"], phases["weight_load_s"], phases["sampling_s"]) == (0.2, 0.1, 1.0)
+    phases = ActorPhases.of(QUEUED)
+    assert phases.dispatch_s == pytest.approx(0.5)
+    assert phases.queue_s == pytest.approx(2.5)
+    assert phases.upload_s == pytest.approx(0.3)
+    assert (phases.startup_s, phases.weight_load_s, phases.sampling_s) == (0.2, 0.1, 1.0)
     # P^a = dispatch + startup + weight load + sampling + upload; the 2.5 s queue is not in it
-    assert phases["duration_s"] == pytest.approx(0.5 + 0.2 + 0.1 + 1.0 + 0.3)
-    assert phases["duration_s"] == pytest.approx(104.6 - 100.0 - 2.5)
+    assert phases.duration_s == pytest.approx(0.5 + 0.2 + 0.1 + 1.0 + 0.3)
+    assert phases.duration_s == pytest.approx(104.6 - 100.0 - 2.5)
 
 
 def test_actor_phases_with_only_run_actor_timings():
     # run_actor's own fields: no dispatched_at / received_at
-    t = {"requested_at": 10.0, "started_at": 11.0, "startup_s": 0.25, "weight_load_s": 0.05,
-         "sampling_s": 0.7, "sampled_at": 12.0}
-    phases = actor_phases(batch(t))
-    assert phases["dispatch_s"] == 0.0 and phases["upload_s"] == 0.0
-    assert phases["queue_s"] == pytest.approx(1.0)
-    assert phases["duration_s"] == pytest.approx(0.25 + 0.05 + 0.7)
+    t = ActorTimings(requested_at=10.0, started_at=11.0, startup_s=0.25, weight_load_s=0.05,
+                     sampling_s=0.7, sampled_at=12.0)
+    phases = ActorPhases.of(t)
+    assert phases.dispatch_s == 0.0 and phases.upload_s == 0.0
+    assert phases.queue_s == pytest.approx(1.0)
+    assert phases.duration_s == pytest.approx(0.25 + 0.05 + 0.7)
 
 
 def test_round_metrics():
     prices = PriceTable.load()
-    fast = {"requested_at": 100.0, "started_at": 100.0, "startup_s": 0.1, "weight_load_s": 0.1,
-            "sampling_s": 0.8, "sampled_at": 101.0}
+    fast = ActorTimings(requested_at=100.0, started_at=100.0, startup_s=0.1, weight_load_s=0.1,
+                        sampling_s=0.8, sampled_at=101.0)
     batches = [batch(QUEUED, returns=[10.0, 20.0]), batch(fast, returns=[30.0])]
     out = round_metrics(batches, learner_s=3.0, wall_s=9.0, prices=prices)
     assert set(out) == {
@@ -96,8 +97,8 @@ def test_round_metrics():
 
 
 def test_round_metrics_without_finished_episodes():
-    t = {"requested_at": 0.0, "started_at": 0.0, "startup_s": 0.0, "weight_load_s": 0.0,
-         "sampling_s": 0.0, "sampled_at": 0.0}
+    t = ActorTimings(requested_at=0.0, started_at=0.0, startup_s=0.0, weight_load_s=0.0,
+                     sampling_s=0.0, sampled_at=0.0)
     out = round_metrics([batch(t)], learner_s=1.0, wall_s=0.5, prices=PriceTable.load())
     assert math.isnan(out["rollout/ep_return_mean"])
     assert math.isnan(out["perf/actor_steps_per_s"])
@@ -106,16 +107,16 @@ def test_round_metrics_without_finished_episodes():
 
 
 def test_mean_return():
-    t = {"requested_at": 0.0, "started_at": 0.0, "startup_s": 0.0, "weight_load_s": 0.0,
-         "sampling_s": 0.0, "sampled_at": 0.0}
+    t = ActorTimings(requested_at=0.0, started_at=0.0, startup_s=0.0, weight_load_s=0.0,
+                     sampling_s=0.0, sampled_at=0.0)
     assert mean_return([batch(t, [1.0, 2.0]), batch(t, [6.0])]) == pytest.approx(3.0)
     assert math.isnan(mean_return([batch(t)]))
 
 
 def test_failed_and_retried_actors_are_billed_but_not_timed():
     prices = PriceTable.load()
-    ok = {"requested_at": 100.0, "started_at": 100.0, "startup_s": 0.1, "weight_load_s": 0.1,
-          "sampling_s": 0.8, "sampled_at": 101.0, "failed_attempts_billed_s": 2.0, "attempts": 2.0}
+    ok = ActorTimings(requested_at=100.0, started_at=100.0, startup_s=0.1, weight_load_s=0.1,
+                      sampling_s=0.8, sampled_at=101.0, failed_attempts_billed_s=2.0, attempts=2)
     out = round_metrics([batch(ok)], learner_s=3.0, wall_s=9.0, prices=prices,
                         failed_billed_s=[5.0, 1.5])
     assert out["sched/actors"] == 3.0 and out["rollout/batches"] == 1.0

@@ -1,9 +1,9 @@
-import pickle
-
 import numpy as np
 import pytest
+import torch
 
 from models.normalization import (
+    Moments,
     ObservationNormalizer,
     RewardScaler,
     RunningMeanStd,
@@ -60,7 +60,7 @@ def test_base_plus_actor_deltas_equals_all_data():
     rng = np.random.default_rng(3)
     base_data = rng.normal(1.0, 2.0, size=(500, 4))
     base = stats_of([base_data], (4,))
-    shipped = base.state_dict()
+    shipped = base.moments()
 
     actor_data, deltas = [], []
     for actor, n_steps in enumerate([3, 40, 1, 17]):
@@ -72,12 +72,12 @@ def test_base_plus_actor_deltas_equals_all_data():
         # the live stats are base + delta
         np.testing.assert_allclose(normalizer.stats.mean,
                                    merge_base_and_deltas(shipped, [normalizer.delta]).mean, atol=TOL)
-        deltas.append(pickle.loads(pickle.dumps(normalizer.delta.state_dict())))
+        deltas.append(normalizer.delta.moments())
 
     merged = merge_base_and_deltas(shipped, deltas)
     assert_matches_data(merged, np.concatenate([base_data, *actor_data]))
     # the shipped base is untouched
-    np.testing.assert_array_equal(RunningMeanStd.from_state_dict(shipped).mean, base.mean)
+    np.testing.assert_array_equal(shipped.mean, base.mean)
 
 
 def test_reward_scaler_stats_merge_like_observations():
@@ -89,7 +89,7 @@ def test_reward_scaler_stats_merge_like_observations():
 
     deltas = []
     for _ in range(3):
-        scaler = RewardScaler(num_envs=2, gamma=gamma, base=base.state_dict())
+        scaler = RewardScaler(num_envs=2, gamma=gamma, base=base.moments())
         returns = np.zeros(2)
         for t in range(30):
             rewards = rng.normal(size=2)
@@ -114,15 +114,14 @@ def test_normalize_clips_and_is_float32():
     assert RunningMeanStd((2,)).normalize(np.array([20.0, -3.0])).tolist() == [10.0, -3.0]
 
 
-def test_state_round_trip():
+def test_moments_round_trip_through_a_weights_only_checkpoint(tmp_path):
     rng = np.random.default_rng(5)
     rms = stats_of([rng.normal(size=(10, 3, 2))], (3, 2))
-    state = pickle.loads(pickle.dumps(rms.state_dict()))
-    assert set(state) == {"count", "mean", "var"}
-    back = RunningMeanStd.from_state_dict(state)
+    moments = rms.moments()
+    moments.mean[0, 0] = 123.0  # a snapshot is a copy
+    assert rms.mean[0, 0] != 123.0
+    torch.save(rms.moments().to_state(), tmp_path / "m.pt")
+    back = RunningMeanStd.from_moments(Moments.from_state(torch.load(tmp_path / "m.pt", weights_only=True)))
     assert back.shape == (3, 2) and back.count == rms.count
     np.testing.assert_array_equal(back.mean, rms.mean)
     np.testing.assert_array_equal(back.var, rms.var)
-    state["mean"][0, 0] = 123.0  # state dicts are copies
-    assert rms.mean[0, 0] != 123.0
-    assert len(pickle.dumps(RunningMeanStd((376,)).state_dict())) < 10_000

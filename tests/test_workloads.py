@@ -26,9 +26,9 @@ def test_hopper_normalisers_are_merged_exactly_and_shipped():
     cfg = PPOConfig().replace({"normalize_obs": True, "normalize_reward": True,
                                "minibatch_size": 64, "update_epochs": 1})
     learner = Learner(env_spaces("Hopper-v5"), cfg, seed=0)
-    assert learner.norm_state()["obs"]["count"] == 0
+    assert learner.norm_state().obs.count == 0
     batches = [run_actor(job) for job in _jobs(learner, "Hopper-v5", actors=3, steps=50, envs=2)]
-    deltas = [RunningMeanStd.from_state_dict(b.norm_deltas["obs"]) for b in batches]
+    deltas = [RunningMeanStd.from_moments(b.norm_deltas.obs) for b in batches]
     learner.update(batches)
     # every observation an actor saw counts once: the first of each env and one per step
     assert learner.obs_rms.count == 3 * 2 * (50 + 1)
@@ -38,9 +38,9 @@ def test_hopper_normalisers_are_merged_exactly_and_shipped():
     assert learner.ret_rms.count == 3 * 2 * 50
     # the next round's actors start from the merged statistics
     shipped = learner.norm_state()
-    np.testing.assert_allclose(shipped["obs"]["mean"], expected.mean)
+    np.testing.assert_allclose(shipped.obs.mean, expected.mean)
     second = run_actor(_jobs(learner, "Hopper-v5", actors=1, steps=10)[0])
-    assert second.norm_deltas["obs"]["count"] == 11
+    assert second.norm_deltas.obs.count == 11
     assert second.obs.dtype == np.float32 and np.abs(second.obs).max() <= 10.0
 
 

@@ -64,7 +64,7 @@ def test_warm_actors_start_in_under_a_second(stack, warm):
         assert t["cold_start"] == 0.0
         print(f"warm actor: start-up {t['startup_s'] * 1e3:.0f} ms (infrastructure "
               f"{t['infra_startup_s'] * 1e3:.0f} ms)")
-    assert max(b.timings["startup_s"] for b in batches) < 1.0
+    assert max(b.timings.startup_s for b in batches) < 1.0
     # the servers ran both rounds' actors: no actor flow run was started for them
     assert runs_of(stack, "actor") == []
 
@@ -91,7 +91,7 @@ def test_warm_actor_past_its_timeout_is_cancelled_and_replaced(stack, warm):
     with ThreadPoolExecutor(2) as ex:
         batches = list(ex.map(lambda i: warm.run(make_job(actor=i, round_index=3), timeout_s=60),
                               range(2)))
-    assert [b.timings["cold_start"] for b in batches] == [0.0, 0.0]
+    assert [b.timings.cold_start for b in batches] == [False, False]
 
 
 def test_warm_subflows_make_each_actor_its_own_flow_run(stack):
@@ -106,9 +106,9 @@ def test_warm_subflows_make_each_actor_its_own_flow_run(stack):
         server = backend.servers()[0]["flow_run_id"]
     finally:
         backend.close()
-    assert [b.timings["cold_start"] for b in batches] == [0.0, 0.0]
+    assert [b.timings.cold_start for b in batches] == [False, False]
     print("warm actor with a subflow: start-up "
-          + ", ".join(f"{b.timings['startup_s'] * 1e3:.0f} ms" for b in batches))
+          + ", ".join(f"{b.timings.startup_s * 1e3:.0f} ms" for b in batches))
     deadline = time.monotonic() + 30  # a subflow completes just after its batch is written
     with get_client(sync_client=True) as client:
         while True:

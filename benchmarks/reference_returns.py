@@ -1,0 +1,89 @@
+"""Same seeds, same results: per-round returns and env steps of fixed reference runs.
+
+Records (or checks against a recording) the per-round mean return R_k and env steps of:
+- CartPole-v1, Fixed(8), seeds 0, 1, 2, to J = 475;
+- Hopper-v5, Fixed(8), seed 0, its first 6 rounds.
+
+A restructuring that claims "behaviour unchanged" must reproduce the recording exactly (floats
+compared as their repr). The proof holds on one machine: float-level differences between
+machines of the same kind can make curves diverge, so record again on a new machine first.
+
+    .venv/bin/python -m benchmarks.reference_returns --record benchmarks/results/reference_returns.json
+    .venv/bin/python -m benchmarks.reference_returns --check benchmarks/results/reference_returns.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+RUNS = (
+    {"env": "CartPole-v1", "scheduler": "fixed:8", "seed": 0},
+    {"env": "CartPole-v1", "scheduler": "fixed:8", "seed": 1},
+    {"env": "CartPole-v1", "scheduler": "fixed:8", "seed": 2},
+    {"env": "Hopper-v5", "scheduler": "fixed:8", "seed": 0, "max_rounds": 6},
+)
+
+
+def run_reference(runs=RUNS) -> list[dict]:
+    from flows.local_api import prefect_api
+    from flows.train import train
+
+    out = []
+    with tempfile.TemporaryDirectory() as tmp, prefect_api():
+        for spec in runs:
+            summary = train(**spec, tracking_uri=f"sqlite:///{tmp}/mlflow.db",
+                            checkpoint_dir=f"{tmp}/checkpoints")
+            rounds = summary_rounds(summary)
+            out.append({"run": spec, "returns": [repr(r) for r, _ in rounds],
+                        "env_steps": [s for _, s in rounds]})
+            print(f"{spec}: {len(rounds)} rounds, last return {rounds[-1][0]:.2f}", flush=True)
+    return out
+
+
+def summary_rounds(summary) -> list[tuple[float, int]]:
+    """(R_k, env steps) per round from a train summary, whatever its shape."""
+    history = summary["history"] if isinstance(summary, dict) else summary.history
+    rows = []
+    for h in history:
+        if isinstance(h, dict):
+            rows.append((float(h["rollout/ep_return_mean"]), int(h["rollout/env_steps"])))
+        else:
+            rows.append((float(h.mean_return), int(h.env_steps)))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--record", type=Path)
+    group.add_argument("--check", type=Path)
+    args = parser.parse_args(argv)
+    results = run_reference()
+    if args.record:
+        args.record.parent.mkdir(parents=True, exist_ok=True)
+        args.record.write_text(json.dumps(results, indent=1) + "\n")
+        print(f"recorded {args.record}")
+        return 0
+    expected = json.loads(args.check.read_text())
+    same = True
+    for want, got in zip(expected, results, strict=True):
+        ok = want == got
+        same &= ok
+        print(f"{'same' if ok else 'DIFFERENT'}: {got['run']}")
+        if not ok:
+            for k, (a, b) in enumerate(zip(want["returns"], got["returns"], strict=False)):
+                if a != b:
+                    print(f"  first difference at round {k}: {a} -> {b}")
+                    break
+            if want["env_steps"] != got["env_steps"]:
+                print(f"  env steps {want['env_steps']} -> {got['env_steps']}")
+    print("behaviour unchanged" if same else "behaviour CHANGED")
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
