@@ -113,7 +113,7 @@ def rounds(name: str, n: int, rounds_: int, fragment: int, workers: int, warm_ac
     client = MlflowClient(tracking_uri)
 
     def series(key: str) -> list[float]:
-        hist = sorted(client.get_metric_history(summary["run_id"], key), key=lambda m: m.step)
+        hist = sorted(client.get_metric_history(summary.run_id, key), key=lambda m: m.step)
         return [m.value for m in hist][1:]
 
     return {"round_wall_s": statistics.median(series("time/round_wall_s")),

@@ -67,9 +67,9 @@ def ours_time_to_target(seed: int, tracking_uri: str) -> dict:
     summary = train(env="CartPole-v1", scheduler="fixed:8", seed=seed, tracking_uri=tracking_uri,
                     experiment="benchmark/cartpole-vs-sb3")
     return {"seed": seed, "wall_s": time.perf_counter() - started,
-            "reached": summary["target_reached"], "env_steps": summary["env_steps"],
-            "rounds": summary["rounds"], "sum_round_s": summary["time_to_stop_s"],
-            "round_wall_s": summary["wall_time_s"]}
+            "reached": summary.target_reached, "env_steps": summary.env_steps,
+            "rounds": summary.rounds, "sum_round_s": summary.time_to_stop_s,
+            "round_wall_s": summary.wall_time_s}
 
 
 def main() -> None:

@@ -53,10 +53,9 @@ def run_one(env_id: str, seed: int, steps: int, tracking_uri: str, eval_episodes
                     experiment=f"benchmark/{env_id}-curve")
     wall = time.perf_counter() - started
     ev = evaluate_final_policy(env_id, summary, eval_episodes, seed)
-    hist = summary["history"]
-    steps_total = np.cumsum([h["rollout/env_steps"] for h in hist]).astype(int).tolist()
-    rows = [{"round": k, "env_steps": s, "return": h["rollout/ep_return_mean"],
-             "round_wall_s": h.get("time/round_s", math.nan)}
+    hist = summary.history
+    steps_total = np.cumsum([h.env_steps for h in hist]).astype(int).tolist()
+    rows = [{"round": k, "env_steps": s, "return": h.mean_return, "round_wall_s": h.round_s}
             for k, (s, h) in enumerate(zip(steps_total, hist, strict=True))]
     path = RESULTS / f"{env_id}_seed{seed}_curve.csv"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -67,8 +66,8 @@ def run_one(env_id: str, seed: int, steps: int, tracking_uri: str, eval_episodes
     finite = [r["return"] for r in rows if not math.isnan(r["return"])]
     last3 = [r["return"] for r in rows[-3:] if not math.isnan(r["return"])]
     return {"env": env_id, "who": "ours", "seed": seed, "fragment": fragment, "rounds": len(rows),
-            "env_steps": summary["env_steps"], "wall_s": wall,
-            "final_return": summary["final_return"],
+            "env_steps": summary.env_steps, "wall_s": wall,
+            "final_return": summary.final_return,
             "last3_mean": float(np.mean(last3)) if last3 else math.nan,
             "best_return": max(finite) if finite else math.nan,
             "eval_return": ev["eval/return_mean"], "eval_std": ev["eval/return_std"],

@@ -112,20 +112,19 @@ def sb3_run(env_id: str, seed: int, steps: int, window: int, eval_episodes: int,
             "curve": means}
 
 
-def evaluate_final_policy(env_id: str, summary: dict, episodes: int, seed: int) -> dict:
+def evaluate_final_policy(env_id: str, summary, episodes: int, seed: int) -> dict:
     """A `train` run's final policy, deterministic, on whole episodes with frozen obs statistics
     (eval seeds 10,000 + seed: never the training seeds)."""
-    from models.checkpoint import load_checkpoint
+    from models.checkpoint import load_policy
     from models.envs import env_spaces
     from models.evaluation import evaluate_policy
     from models.normalization import RunningMeanStd
     from models.policy import ActorCritic
 
-    artifact = load_checkpoint(Path(summary["checkpoint"]).with_name("final_policy.pt"))
-    policy = ActorCritic(env_spaces(env_id), tuple(artifact["hidden"]), init_weights=False)
-    policy.load_state_dict(artifact["policy"])
-    norm = artifact["norm"] or {}
-    obs_rms = RunningMeanStd.from_state_dict(norm["obs"]) if norm.get("obs") else None
+    artifact = load_policy(Path(summary.checkpoint).with_name("final_policy.pt"))
+    policy = ActorCritic(env_spaces(env_id), artifact.hidden, init_weights=False)
+    policy.load_state_dict(artifact.policy)
+    obs_rms = RunningMeanStd.from_moments(artifact.obs_rms) if artifact.obs_rms else None
     return evaluate_policy(policy, env_id, episodes, seed=10_000 + seed, obs_rms=obs_rms)
 
 
@@ -142,14 +141,14 @@ def ours_run(env_id: str, seed: int, rounds: int, tracking_uri: str, eval_episod
     wall = time.perf_counter() - started
 
     ev = evaluate_final_policy(env_id, summary, eval_episodes, seed)
-    curve = [h["rollout/ep_return_mean"] for h in summary["history"]]
-    steps = np.cumsum([h["rollout/env_steps"] for h in summary["history"]]).tolist()
+    curve = [h.mean_return for h in summary.history]
+    steps = np.cumsum([h.env_steps for h in summary.history]).tolist()
     finite = [m for m in curve if not math.isnan(m)]
     first = next((s for s, m in zip(steps, curve, strict=True)
                   if not math.isnan(m) and m >= target), None)
-    return {"who": "ours", "seed": seed, "wall_s": wall, "env_steps": summary["env_steps"],
-            "round_wall_s": summary["wall_time_s"], "sum_round_s": summary["time_to_stop_s"],
-            "last_return": summary["final_return"], "best_return": max(finite) if finite else math.nan,
+    return {"who": "ours", "seed": seed, "wall_s": wall, "env_steps": summary.env_steps,
+            "round_wall_s": summary.wall_time_s, "sum_round_s": summary.time_to_stop_s,
+            "last_return": summary.final_return, "best_return": max(finite) if finite else math.nan,
             "first_target_steps": first, "eval_return": ev["eval/return_mean"],
             "eval_std": ev["eval/return_std"], "curve": curve}
 

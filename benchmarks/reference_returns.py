@@ -45,15 +45,8 @@ def run_reference(runs=RUNS) -> list[dict]:
 
 
 def summary_rounds(summary) -> list[tuple[float, int]]:
-    """(R_k, env steps) per round from a train summary, whatever its shape."""
-    history = summary["history"] if isinstance(summary, dict) else summary.history
-    rows = []
-    for h in history:
-        if isinstance(h, dict):
-            rows.append((float(h["rollout/ep_return_mean"]), int(h["rollout/env_steps"])))
-        else:
-            rows.append((float(h.mean_return), int(h.env_steps)))
-    return rows
+    """(R_k, env steps) per round of a train summary."""
+    return [(float(h.mean_return), int(h.env_steps)) for h in summary.history]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,7 +24,7 @@ def measure(actors: int, rounds: int, fragment: int, tracking_uri: str) -> dict:
     client = MlflowClient(tracking_uri)
 
     def series(key: str) -> list[float]:
-        hist = sorted(client.get_metric_history(summary["run_id"], key), key=lambda m: m.step)
+        hist = sorted(client.get_metric_history(summary.run_id, key), key=lambda m: m.step)
         return [m.value for m in hist][1:]
 
     wall, over = series("time/round_wall_s"), series("time/orchestration_s")

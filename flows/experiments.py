@@ -79,13 +79,13 @@ def mean_std(values: list[float]) -> tuple[float, float]:
 
 def aggregate(label: str, summaries: list[dict[str, Any]], cost_key: str = "cost_usd") -> dict[str, Any]:
     """One row of a comparison: time to stop and cost over seeds, and how often J was reached."""
-    time_m, time_s = mean_std([s["time_to_stop_s"] for s in summaries])
+    time_m, time_s = mean_std([s.time_to_stop_s for s in summaries])
     cost_m, cost_s = mean_std([s[cost_key] for s in summaries])
-    rounds_m, _ = mean_std([float(s["rounds"]) for s in summaries])
-    actors_m, _ = mean_std([float(np.mean([h["sched/actors"] for h in s["history"]]))
-                            for s in summaries if s["history"]])
+    rounds_m, _ = mean_std([float(s.rounds) for s in summaries])
+    actors_m, _ = mean_std([float(np.mean([h.actors for h in s.history]))
+                            for s in summaries if s.history])
     return {"scheduler": label, "runs": len(summaries),
-            "reached": sum(bool(s["target_reached"]) for s in summaries),
+            "reached": sum(bool(s.target_reached) for s in summaries),
             "time_s_mean": time_m, "time_s_std": time_s, "cost_usd_mean": cost_m,
             "cost_usd_std": cost_s, "rounds_mean": rounds_m, "actors_mean": actors_m}
 
@@ -208,7 +208,7 @@ def _bars(ax, rows: list[dict[str, Any]], key: str, ylabel: str) -> None:
 
 def _actor_steps(ax, summary: dict[str, Any], **style: Any) -> None:
     """I_k as a step line over rounds, the last round drawn to its end."""
-    actors = [h["sched/actors"] for h in summary["history"]]
+    actors = [h.actors for h in summary.history]
     if actors:
         ax.step(range(len(actors) + 1), actors + actors[-1:], where="post", **style)
 
@@ -254,7 +254,7 @@ def compare_schedulers(
                 s = exp.train(spec, seed)
                 runs[label].append(s)
                 logger.info("%s seed %d: %s in %d rounds, time %.2fs, cost $%.5f", label, seed,
-                            s["stop_reason"], s["rounds"], s["time_to_stop_s"], s["cost_usd"])
+                            s.stop_reason, s.rounds, s.time_to_stop_s, s.cost_usd)
         server_label = next(label for label, spec in specs.items() if spec == server_spec)
         rows = [aggregate(label, runs[label]) for label in specs]
         rows.append(aggregate("server cluster", runs[server_label], cost_key="server_cluster_cost_usd"))
@@ -316,15 +316,15 @@ def motivation(
         rows = []
         for label, summaries in runs.items():
             row = aggregate(label, summaries)
-            row["actor_rounds_mean"] = mean_std([sum(h["sched/actors"] for h in s["history"])
+            row["actor_rounds_mean"] = mean_std([sum(h.actors for h in s.history)
                                                  for s in summaries])[0]
             rows.append(row)
         exp.tracker.log_metrics(row_metrics(rows, ("time_s_mean", "cost_usd_mean", "actor_rounds_mean")), step=0)
         fig, (ax_r, ax_a, ax_t) = plt.subplots(1, 3, figsize=(15, 4))
         for i, (label, summaries) in enumerate(runs.items()):
             for j, s in enumerate(summaries):
-                t = np.cumsum([h["time/round_s"] for h in s["history"]])
-                ax_r.plot(t, [h["rollout/ep_return_mean"] for h in s["history"]], color=f"C{i}",
+                t = np.cumsum([h.round_s for h in s.history])
+                ax_r.plot(t, [h.mean_return for h in s.history], color=f"C{i}",
                           alpha=0.7, label=label if j == 0 else None)
             _actor_steps(ax_a, summaries[0], color=f"C{i}", label=label)
         ax_r.set_xlabel("sum of P_k (s)")
@@ -366,9 +366,9 @@ def actors_curve(
         runs = [exp.train(learned_spec(learned), seed) for seed in seeds]
         rows = []
         for seed, s in zip(seeds, runs, strict=True):
-            actors = [h["sched/actors"] for h in s["history"]]
+            actors = [h.actors for h in s.history]
             early, middle, late = phases(actors)
-            rows.append({"seed": seed, "rounds": s["rounds"], "reached": bool(s["target_reached"]),
+            rows.append({"seed": seed, "rounds": s.rounds, "reached": bool(s.target_reached),
                          "actors": json.dumps([int(a) for a in actors]), "early": early,
                          "middle": middle, "late": late,
                          "shape": ("many-fewer-more" if early > middle < late else
@@ -377,12 +377,12 @@ def actors_curve(
         exp.tracker.log_metrics({"phase/early_mean": mean_phases[0], "phase/middle_mean": mean_phases[1],
                                  "phase/late_mean": mean_phases[2]}, step=0)
         fig, (ax_a, ax_r) = plt.subplots(1, 2, figsize=(12, 4))
-        longest = max((len(s["history"]) for s in runs), default=0)
+        longest = max((len(s.history) for s in runs), default=0)
         for i, (seed, s) in enumerate(zip(seeds, runs, strict=True)):
             _actor_steps(ax_a, s, color=f"C{i}", alpha=0.8, label=f"seed {seed}")
-            ax_r.plot([h["rollout/ep_return_mean"] for h in s["history"]], color=f"C{i}", alpha=0.8)
+            ax_r.plot([h.mean_return for h in s.history], color=f"C{i}", alpha=0.8)
         if longest:
-            padded = [[h["sched/actors"] for h in s["history"]] for s in runs]
+            padded = [[h.actors for h in s.history] for s in runs]
             mean_curve = [np.mean([p[k] for p in padded if k < len(p)]) for k in range(longest)]
             ax_a.plot(range(longest), mean_curve, "k--", label="mean")
         ax_a.set_xlabel("round k")

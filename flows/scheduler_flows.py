@@ -51,7 +51,6 @@ from models.scheduler_agent import (  # noqa: E402
     rewards_from_summary,
     save_scheduler,
 )
-from tasks.backends import BACKENDS  # noqa: E402
 
 ARTIFACT_DIR = "scheduler"
 ARTIFACT_NAME = "scheduler.pt"
@@ -78,8 +77,9 @@ def scheduler_target(env: str, workload: dict[str, Any]) -> float:
     """J for scheduler runs on env: workload's target_return (None: the preset's) unless that is
     the presets' "no target", then gymnasium's reward_threshold for env. Validates the workload
     first (a bad value fails here, not in episode 0)."""
-    cfg = resolve_run_config(env, backends=BACKENDS, scheduler="max",
-                             **{k: workload[k] for k in WORKLOAD_KEYS if k != "local_workers" and k in workload})
+    cfg = resolve_run_config({"env": env, "scheduler": "max",
+                              **{k: workload[k] for k in WORKLOAD_KEYS
+                                 if workload.get(k) is not None}})
     if cfg.target_return < NO_TARGET:
         return cfg.target_return  # the workload's, else the preset's
     threshold = registered_threshold(env)
@@ -113,17 +113,17 @@ def scheduler_episode(episode: int, checkpoint: str, workload: dict[str, Any], s
 
 def episode_metrics(summary: dict[str, Any], rewards: np.ndarray) -> dict[str, float]:
     """What the parent run logs per scheduler episode."""
-    actors = [h["sched/actors"] for h in summary["history"]]
+    actors = [h.actors for h in summary.history]
     return {
         "episode/reward": float(rewards.sum()),
-        "episode/time_to_stop_s": summary["time_to_stop_s"],
-        "episode/cost_usd": summary["cost_usd"],
-        "episode/server_cluster_cost_usd": summary["server_cluster_cost_usd"],
-        "episode/rounds": float(summary["rounds"]),
-        "episode/target_reached": float(summary["target_reached"]),
-        "episode/best_return": summary["best_return"],
+        "episode/time_to_stop_s": summary.time_to_stop_s,
+        "episode/cost_usd": summary.cost_usd,
+        "episode/server_cluster_cost_usd": summary.server_cluster_cost_usd,
+        "episode/rounds": float(summary.rounds),
+        "episode/target_reached": float(summary.target_reached),
+        "episode/best_return": summary.best_return,
         "episode/actors_mean": float(np.mean(actors)) if actors else math.nan,
-        "episode/wall_time_s": summary["wall_time_s"],
+        "episode/wall_time_s": summary.wall_time_s,
     }
 
 
@@ -261,14 +261,14 @@ def train_scheduler(
             learn_from = []
             for e, summary in zip(batch, summaries, strict=True):
                 rewards = rewards_from_summary(summary, sched_agent.config.beta)
-                learn_from.append(Episode.from_trace(summary["scheduler_trace"], rewards))
+                learn_from.append(Episode.from_trace(summary.scheduler_trace, rewards))
                 metrics = episode_metrics(summary, rewards)
                 tracker.log_metrics(metrics, step=e)
-                results.append({"episode": e, "run_id": summary["run_id"],
-                                "actors": [h["sched/actors"] for h in summary["history"]], **metrics})
+                results.append({"episode": e, "run_id": summary.run_id,
+                                "actors": [h.actors for h in summary.history], **metrics})
                 logger.info("episode %d: reward %.2f, %s after %d rounds, time %.2fs, cost $%.5f, "
-                            "mean actors %.1f", e, metrics["episode/reward"], summary["stop_reason"],
-                            summary["rounds"], summary["time_to_stop_s"], summary["cost_usd"],
+                            "mean actors %.1f", e, metrics["episode/reward"], summary.stop_reason,
+                            summary.rounds, summary.time_to_stop_s, summary.cost_usd,
                             metrics["episode/actors_mean"])
             stats = sched_agent.update(learn_from)
             done = batch[-1] + 1

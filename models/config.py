@@ -1,15 +1,21 @@
-"""Typed configuration for PPO and a training run, validated before anything is spent."""
+"""One run configuration: every parameter of a training run in one frozen, validated object.
+
+Built once (models/presets.py fills what the user left unset from the workload's preset),
+logged to MLflow as params, stored in every checkpoint; a resumed run uses the stored one.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
+from models.cost import PriceTable
+from models.errors import ConfigError
 
-class ConfigError(ValueError):
-    """A parameter is out of range; the message says which one and what to change."""
+__all__ = ["BACKEND_SPECS", "ConfigError", "DaskBackendSpec", "LocalBackendSpec", "PPOConfig",
+           "RunConfig", "WorkPoolBackendSpec", "backend_spec"]
 
 
 @dataclass(frozen=True)
@@ -75,30 +81,146 @@ class PPOConfig:
         _check(not unknown, f"unknown PPO parameter(s) {unknown}; valid: {sorted(known)}")
         values = dict(overrides)
         if "hidden" in values:
+            _check(isinstance(values["hidden"], list | tuple), "ppo.hidden must be a list of layer widths")
             values["hidden"] = tuple(values["hidden"])
+        for f in dataclasses.fields(self):
+            if f.name in values:
+                values[f.name] = _typed(f"ppo.{f.name}", values[f.name], getattr(PPOConfig, f.name, None))
         return dataclasses.replace(self, **values)
 
 
+# -- where actors run: one typed spec per backend ------------------------------------------
+
+@dataclass(frozen=True)
+class LocalBackendSpec:
+    """Warm worker processes on this machine, one core and one torch thread each."""
+
+    name: ClassVar[str] = "local"
+    workers: int | None = None
+    """Worker processes; None: one per core."""
+
+
+@dataclass(frozen=True)
+class WorkPoolBackendSpec:
+    """Each actor its own flow run of a deployment on a Prefect work pool (process, ACI, ...)."""
+
+    name: ClassVar[str] = "work-pool"
+    actor_deployment: str = "actor/minionsrl-actor"
+    """'flow/deployment' that runs one actor as its own flow run; its pool decides the infrastructure."""
+    server_deployment: str = "actor-server/minionsrl-actor-server"
+    """'flow/deployment' of the long-lived warm actor server."""
+    storage_block: str = "local-file-system/minionsrl-storage"
+    """Block that carries weights out and batches back; the default local one is created on first use."""
+    warm_actors: int = 0
+    """Most warm actor servers kept between rounds (they follow recent actor counts); 0: all cold."""
+    warm_subflows: bool = False
+    """A warm server runs each job as an `actor` subflow (one flow run per actor in the UI)."""
+    actor_job_variables: dict[str, Any] | None = None
+    """Work-pool job variables per actor flow run, e.g. {"cpu": 1, "memory": 2}."""
+
+
+@dataclass(frozen=True)
+class DaskBackendSpec:
+    """Actors as tasks on a Dask cluster: a LocalCluster here, or one at an address."""
+
+    name: ClassVar[str] = "dask"
+    workers: int | None = None
+    """LocalCluster worker processes; None: one per core."""
+    dask_address: str | None = None
+    """Scheduler address of a running cluster; None: a LocalCluster here."""
+    dask_cluster_class: str | None = None
+    """Another cluster class to start, by import path (e.g. dask_cloudprovider.azure.AzureVMCluster)."""
+    dask_cluster_kwargs: dict[str, Any] | None = None
+    """Keyword arguments of that cluster class."""
+
+
+BackendSpec = LocalBackendSpec | WorkPoolBackendSpec | DaskBackendSpec
+BACKEND_SPECS: dict[str, type] = {spec.name: spec for spec in (LocalBackendSpec, WorkPoolBackendSpec, DaskBackendSpec)}
+
+
+def backend_spec(name: str, options: dict[str, Any] | None = None) -> BackendSpec:
+    """The typed spec of backend `name`; an option that does not apply to it is a ConfigError."""
+    cls = BACKEND_SPECS.get(name)
+    if cls is None:
+        raise ConfigError(f"unknown backend {name!r}; available: {', '.join(BACKEND_SPECS)}")
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(options or {}) - known)
+    _check(not unknown, f"option(s) {unknown} do not apply to the {name!r} backend; "
+                        f"its options: {sorted(known)}")
+    spec = cls(**(options or {}))
+    if isinstance(spec, WorkPoolBackendSpec):
+        _check(isinstance(spec.warm_actors, int) and spec.warm_actors >= 0, "warm_actors must be an integer >= 0")
+    if getattr(spec, "workers", None) is not None:
+        _check(isinstance(spec.workers, int) and spec.workers >= 1, "local_workers must be an integer >= 1")
+    return spec
+
+
+def backend_to_dict(spec: BackendSpec) -> dict[str, Any]:
+    return {"name": spec.name, **dataclasses.asdict(spec)}
+
+
+def backend_from_dict(raw: dict[str, Any]) -> BackendSpec:
+    values = dict(raw)
+    return backend_spec(values.pop("name"), values)
+
+
+# -- the run -------------------------------------------------------------------------------
+
 @dataclass(frozen=True)
 class RunConfig:
-    """One training run: workload, stopping rule, scheduling and sampling shape."""
+    """Every parameter of one training run (the `train` flow's parameters, resolved)."""
 
     env_id: str
+    """Gymnasium env id (or 'module:Class')."""
     scheduler: str
+    """Scheduler spec: fixed:N, max, adapt, increase:..., decrease:..., learned[:source][:sample]."""
     target_return: float
+    """J: stop once a round's mean completed-episode return reaches it."""
     budget_usd: float
+    """B: the run's budget in dollars."""
     max_rounds: int
-    i_max: int
+    """K: at most this many rounds."""
     fragment: int
+    """Env steps one actor samples per round."""
     envs_per_actor: int
-    seed: int
-    backend: str
+    """Envs one actor steps in lockstep (divides fragment)."""
+    seed: int = 0
+    """Run seed; actor i of round k seeds from (seed, k, i)."""
+    i_max: int = 32
+    """Largest actor count a scheduler may choose."""
+    backend: BackendSpec = LocalBackendSpec()
+    """Where actors run, with that backend's options."""
     ppo: PPOConfig = field(default_factory=PPOConfig)
     actor_memory_gb: float = 1.0
+    """Memory billed per actor."""
     learner_device: str = "auto"
-    actor_timeout_s: float | None = None
+    """auto (CUDA when present), cpu or cuda."""
+    actor_timeout_s: float = 300.0
+    """An actor running longer is killed (and retried): a lost actor must not stall a round."""
     actor_retries: int = 1
+    """Extra attempts for a crashed or timed-out actor (its billed time still counts)."""
     quorum: float = 0.75
+    """Fraction of a round's actors whose batches must arrive for the round to go on."""
+    eval_every: int = 0
+    """Every this many rounds (and at the end) evaluate deterministic actions; 0: off."""
+    eval_episodes: int = 5
+    """Whole episodes per evaluation."""
+    prices: PriceTable = field(default_factory=PriceTable.load)
+    """The price table the run is billed with (its actor memory is actor_memory_gb)."""
+    tracking_uri: str = ""
+    """MLflow store."""
+    experiment: str = ""
+    """MLflow experiment."""
+    checkpoint_dir: str = ""
+    """Where per-round checkpoints go (under <checkpoint_dir>/<run id>/)."""
+    parent_run_id: str | None = None
+    """MLflow run this run is nested under (sweeps, scheduler training)."""
+
+    # What a resumed run may change (recorded as a tag): where and how long it runs, never
+    # what it learns.
+    RESUMABLE_CHANGES: ClassVar[frozenset[str]] = frozenset({
+        "max_rounds", "budget_usd", "backend", "actor_timeout_s", "actor_retries", "quorum",
+        "eval_every", "eval_episodes", "learner_device"})
 
     def validate(self) -> None:
         _check(math.isfinite(self.target_return), "target_return must be a finite number")
@@ -115,15 +237,45 @@ class RunConfig:
         _check(self.actor_memory_gb > 0, "actor_memory_gb must be > 0")
         _check(self.learner_device in ("auto", "cpu", "cuda"),
                "learner_device must be 'auto', 'cpu' or 'cuda'")
-        _check(self.actor_timeout_s is None or self.actor_timeout_s > 0,
-               "actor_timeout_s must be > 0 seconds or null")
+        _check(self.actor_timeout_s > 0, "actor_timeout_s must be > 0 seconds")
         _check(0 <= self.actor_retries <= 10, "actor_retries must be in [0, 10]")
         _check(0 < self.quorum <= 1, "quorum must be a fraction in (0, 1]")
+        _check(self.eval_every >= 0, "eval_every must be >= 0 (0 turns evaluation off)")
+        _check(self.eval_episodes >= 1, "eval_episodes must be >= 1")
+        if isinstance(self.backend, WorkPoolBackendSpec):
+            _check(self.backend.warm_actors <= self.i_max, "warm_actors must be <= i_max")
         self.ppo.validate()
 
     @property
     def steps_per_env(self) -> int:
         return self.fragment // self.envs_per_actor
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (JSON-able): MLflow params and checkpoints."""
+        out = dataclasses.asdict(self)
+        out["backend"] = backend_to_dict(self.backend)
+        out["ppo"]["hidden"] = list(self.ppo.hidden)
+        return out
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> RunConfig:
+        """Back from to_dict (a checkpoint's stored configuration)."""
+        values = dict(raw)
+        ppo = dict(values.pop("ppo"))
+        ppo["hidden"] = tuple(ppo["hidden"])
+        return cls(ppo=PPOConfig(**ppo), backend=backend_from_dict(values.pop("backend")),
+                   prices=PriceTable.from_dict(values.pop("prices")), **values)
+
+    def with_changes(self, changes: dict[str, Any]) -> RunConfig:
+        """A resumed run's configuration: only RESUMABLE_CHANGES may differ from the stored one."""
+        refused = sorted(k for k, v in changes.items()
+                         if k not in self.RESUMABLE_CHANGES and v != getattr(self, k))
+        _check(not refused, f"cannot change {refused} when resuming: the run was trained with "
+                            f"{ {k: getattr(self, k) for k in refused} }; start a new run instead "
+                            f"(what a resume may change: {sorted(self.RESUMABLE_CHANGES)})")
+        out = dataclasses.replace(self, **changes)
+        out.validate()
+        return out
 
 
 def _check(ok: bool, message: str) -> None:
@@ -131,9 +283,12 @@ def _check(ok: bool, message: str) -> None:
         raise ConfigError(message)
 
 
-def config_from_dict(raw: dict[str, Any]) -> RunConfig:
-    """A RunConfig back from dataclasses.asdict (e.g. out of a checkpoint)."""
-    values = dict(raw)
-    ppo = dict(values.pop("ppo"))
-    ppo["hidden"] = tuple(ppo["hidden"])
-    return RunConfig(ppo=PPOConfig(**ppo), **values)
+def _typed(name: str, value: Any, default: Any) -> Any:
+    """value, checked against the type of its default: a wrong type names the key."""
+    if isinstance(default, bool):
+        _check(isinstance(value, bool), f"{name} must be true or false, got {value!r}")
+    elif isinstance(default, int | float) and default is not None:
+        _check(isinstance(value, int | float) and not isinstance(value, bool),
+               f"{name} must be a number, got {value!r}")
+        return type(default)(value) if isinstance(default, float) else value
+    return value

@@ -1,13 +1,13 @@
-"""The cost model of SPEC §3: serverless per-second billing against a fixed server cluster."""
+"""The cost model: serverless per-second billing against a fixed server cluster (prices in models/data/prices.toml)."""
 
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 
-from models.config import ConfigError
+from models.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -58,9 +58,15 @@ class PriceTable:
             raise ConfigError(f"cannot read price table {path or 'packaged'}: {exc!r}") from exc
 
     def with_actor_memory(self, memory_gb: float) -> PriceTable:
-        from dataclasses import replace
-
         return replace(self, actor=replace(self.actor, memory_gb=memory_gb))
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> PriceTable:
+        """Back from dataclasses.asdict (a run's stored configuration)."""
+        values = dict(raw)
+        values["actor"] = Resources(**values["actor"])
+        values["learner"] = Resources(**values["learner"])
+        return cls(**values)
 
     def per_second(self, res: Resources) -> float:
         return res.vcpu * self.vcpu_s + res.memory_gb * self.memory_gb_s + res.gpu * self.gpu_s

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import tomllib
 from importlib import resources
 from typing import Any
 
-from models.config import ConfigError, PPOConfig, RunConfig
+from models.config import BackendSpec, ConfigError, PPOConfig, RunConfig, backend_spec
+from models.cost import PriceTable
 from models.envs import check_env_id
 from models.schedulers import make_scheduler
 
-DEFAULT_ACTOR_TIMEOUT_S = 300.0  # a lost actor must not stall a round for ever
+DEFAULT_ENV = "CartPole-v1"
 
 
 @functools.cache
@@ -32,41 +34,100 @@ def preset_for(env_id: str) -> dict[str, Any]:
     return merged
 
 
-def resolve_run_config(env_id: str, *, backends: tuple[str, ...], scheduler: str | None = None,
-                       target_return: float | None = None, budget_usd: float | None = None,
-                       max_rounds: int | None = None, i_max: int = 32, fragment: int | None = None,
-                       envs_per_actor: int | None = None, seed: int = 0, backend: str = "local",
-                       ppo: dict[str, Any] | None = None, actor_memory_gb: float | None = None,
-                       learner_device: str = "auto", actor_timeout_s: float | None = None,
-                       actor_retries: int = 1, quorum: float = 0.75) -> RunConfig:
-    """Preset values, overridden by whatever the caller gave; validated before anything runs."""
+# The train flow's parameters that are not RunConfig fields of the same name.
+_BACKEND_PARAMS = ("backend", "backend_options", "local_workers", "warm_actors")
+
+
+def resolve_run_config(given: dict[str, Any]) -> RunConfig:
+    """A run's configuration from the train flow's parameters that were given (not None): the
+    workload's preset fills the rest, then RunConfig's defaults; validated before anything runs."""
+    given = dict(given)
+    env_id = given.pop("env", None) or DEFAULT_ENV
     check_env_id(env_id)
-    if backend not in backends:
-        raise ConfigError(f"unknown backend {backend!r}; available: {', '.join(backends)}")
     preset = preset_for(env_id)
-
-    def pick(value, key):
-        return preset[key] if value is None else value
-
-    cfg = RunConfig(
-        env_id=env_id,
-        scheduler=pick(scheduler, "scheduler"),
-        target_return=float(pick(target_return, "target_return")),
-        budget_usd=float(pick(budget_usd, "budget_usd")),
-        max_rounds=int(pick(max_rounds, "max_rounds")),
-        i_max=int(i_max),
-        fragment=int(pick(fragment, "fragment")),
-        envs_per_actor=int(pick(envs_per_actor, "envs_per_actor")),
-        seed=int(seed),
-        backend=backend,
-        ppo=PPOConfig().replace(preset.get("ppo")).replace(ppo),
-        actor_memory_gb=float(pick(actor_memory_gb, "actor_memory_gb")),
-        learner_device=learner_device,
-        actor_timeout_s=DEFAULT_ACTOR_TIMEOUT_S if actor_timeout_s is None else actor_timeout_s,
-        actor_retries=int(actor_retries),
-        quorum=float(quorum),
-    )
+    backend = _backend(**{k: given.pop(k, None) for k in _BACKEND_PARAMS})
+    ppo = PPOConfig().replace(preset.get("ppo")).replace(given.pop("ppo", None))
+    prices_file = given.pop("prices_file", None)
+    fields = {f.name for f in dataclasses.fields(RunConfig)}
+    unknown = sorted(set(given) - fields)
+    if unknown:
+        raise ConfigError(f"unknown run parameter(s) {unknown}")
+    values = {key: preset[key] for key in PRESET_KEYS}
+    values.update(given)
+    values.setdefault("experiment", f"minionsrl/{env_id}")
+    try:
+        cfg = RunConfig(env_id=env_id, backend=backend, ppo=ppo,
+                        prices=PriceTable.load(prices_file).with_actor_memory(float(values["actor_memory_gb"])),
+                        **{k: _coerce(k, v) for k, v in values.items()})
+    except TypeError as exc:
+        raise ConfigError(f"run parameters: {exc}") from exc
     cfg.validate()
     make_scheduler(cfg.scheduler, cfg.i_max, cfg.max_rounds, cfg.target_return,
                    budget_usd=cfg.budget_usd, seed=cfg.seed)  # parse check
     return cfg
+
+
+def resolve_run_changes(given: dict[str, Any], stored: RunConfig) -> dict[str, Any]:
+    """The train flow's parameters given on resume, as RunConfig fields that differ from the
+    stored configuration (RunConfig.with_changes decides which of them a resume may make)."""
+    given = dict(given)
+    changes: dict[str, Any] = {}
+    if "env" in given:
+        changes["env_id"] = given.pop("env")
+    backend_params = {k: given.pop(k, None) for k in _BACKEND_PARAMS}
+    if any(v is not None for v in backend_params.values()):
+        same_backend = backend_params["backend"] in (None, stored.backend.name)
+        if same_backend and backend_params["backend_options"] is None:  # keep the stored options
+            backend_params["backend_options"] = {
+                k: v for k, v in dataclasses.asdict(stored.backend).items()
+                if k not in ("workers", "warm_actors")}
+        backend_params["backend"] = backend_params["backend"] or stored.backend.name
+        changes["backend"] = _backend(**backend_params)
+    if "ppo" in given:
+        changes["ppo"] = stored.ppo.replace(given.pop("ppo"))
+    if "prices_file" in given:
+        changes["prices"] = PriceTable.load(given.pop("prices_file")).with_actor_memory(
+            float(given.get("actor_memory_gb", stored.actor_memory_gb)))
+    fields = {f.name for f in dataclasses.fields(RunConfig)}
+    unknown = sorted(set(given) - fields)
+    if unknown:
+        raise ConfigError(f"unknown run parameter(s) {unknown}")
+    changes.update({k: _coerce(k, v) for k, v in given.items()})
+    return {k: v for k, v in changes.items() if v != getattr(stored, k)}
+
+
+def _backend(backend: str | None, backend_options: dict[str, Any] | None, local_workers: int | None,
+             warm_actors: int | None) -> BackendSpec:
+    """The typed backend spec; `local_workers` and `warm_actors` are options like the others."""
+    name = backend or "local"
+    if backend_options is not None and not isinstance(backend_options, dict):
+        raise ConfigError(f"backend_options must be a mapping of option names to values, got {backend_options!r}")
+    options = dict(backend_options or {})
+    if local_workers is not None:
+        options["workers"] = local_workers
+    if warm_actors is not None:
+        options["warm_actors"] = warm_actors
+    return backend_spec(name, options)
+
+
+def _coerce(key: str, value: Any) -> Any:
+    """Numbers from presets and JSON as the field's type; a wrong type names the parameter."""
+    if key in _FLOAT_FIELDS:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{key} must be a number, got {value!r}")
+        return float(value)
+    if key in _INT_FIELDS:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key} must be an integer, got {value!r}")
+        return int(value)
+    if key in _STR_FIELDS and not isinstance(value, str):
+        raise ConfigError(f"{key} must be a string, got {value!r}")
+    return value
+
+
+PRESET_KEYS = ("scheduler", "target_return", "budget_usd", "max_rounds", "fragment", "envs_per_actor",
+               "actor_memory_gb")
+_FLOAT_FIELDS = {"target_return", "budget_usd", "actor_memory_gb", "actor_timeout_s", "quorum"}
+_INT_FIELDS = {"max_rounds", "fragment", "envs_per_actor", "seed", "i_max", "actor_retries", "eval_every",
+               "eval_episodes"}
+_STR_FIELDS = {"scheduler", "learner_device", "tracking_uri", "experiment", "checkpoint_dir"}

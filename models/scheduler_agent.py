@@ -195,19 +195,19 @@ def episode_rewards(round_times: Sequence[float], decisions: int, *, target_reac
     return rewards
 
 
-def rewards_from_summary(summary: dict[str, Any], beta: float = 0.1) -> np.ndarray:
+def rewards_from_summary(summary, beta: float = 0.1) -> np.ndarray:
     """The rewards of one episode from a `train` summary whose scheduler was learned.
 
     Uses the summary's per-round history (time/round_s = P_k), stop reason, best return, and
     the scheduler trace (its decisions and the run's J).
     """
-    trace = summary.get("scheduler_trace")
+    trace = summary.scheduler_trace
     if not trace or "steps" not in trace:
         raise ValueError("the run's summary has no learned-scheduler trace")
-    return episode_rewards([h["time/round_s"] for h in summary["history"]], len(trace["steps"]),
-                           target_reached=bool(summary["target_reached"]),
-                           budget_spent=summary["stop_reason"] == STOP_BUDGET,
-                           best_return=summary["best_return"],
+    return episode_rewards([h.round_s for h in summary.history], len(trace["steps"]),
+                           target_reached=summary.target_reached,
+                           budget_spent=summary.stop_reason == STOP_BUDGET,
+                           best_return=summary.best_return,
                            target_return=trace["target_return"], beta=beta)
 
 

@@ -7,14 +7,12 @@ import sys
 
 import pytest
 
-from models.config import ConfigError, PPOConfig, RunConfig
+from models.config import ConfigError, LocalBackendSpec, PPOConfig, RunConfig
 from models.presets import resolve_run_config
-
-BACKENDS = ("local",)
 
 
 def resolve(env_id: str = "CartPole-v1", **overrides) -> RunConfig:
-    return resolve_run_config(env_id, backends=BACKENDS, **overrides)
+    return resolve_run_config({"env": env_id, **overrides})
 
 
 def test_cartpole_preset():
@@ -22,7 +20,7 @@ def test_cartpole_preset():
     assert cfg.env_id == "CartPole-v1"
     assert cfg.target_return == 475.0
     assert (cfg.fragment, cfg.envs_per_actor, cfg.steps_per_env) == (512, 1, 512)
-    assert cfg.scheduler == "fixed:8" and cfg.backend == "local" and cfg.i_max == 32
+    assert cfg.scheduler == "fixed:8" and cfg.backend == LocalBackendSpec() and cfg.i_max == 32
     assert (cfg.ppo.gamma, cfg.ppo.gae_lambda, cfg.ppo.learning_rate) == (0.99, 0.95, 3e-3)
     assert cfg.ppo.clip_coef == 0.2
 
@@ -75,6 +73,16 @@ def test_env_without_preset_gets_generic_defaults():
         ("CartPole-v1", {"scheduler": "fixed:x"}, "scheduler 'fixed:x'"),
         ("CartPole-v1", {"scheduler": "adapt", "target_return": -1.0}, "target_return"),
         ("CartPole-v1", {"backend": "azure"}, "backend 'azure'"),
+        ("CartPole-v1", {"ppo": {"learning_rate": "fast"}}, r"ppo.learning_rate must be a number.*'fast'"),
+        ("CartPole-v1", {"ppo": {"norm_adv": 1}}, "ppo.norm_adv must be true or false"),
+        ("CartPole-v1", {"max_rounds": "ten"}, "max_rounds must be an integer"),
+        ("CartPole-v1", {"warm_actors": 2}, r"option\(s\) \['warm_actors'\] do not apply to the 'local' backend"),
+        ("CartPole-v1", {"backend": "dask", "backend_options": {"storage_block": "x"}}, "do not apply to the 'dask'"),
+        ("CartPole-v1", {"backend_options": "workers=2"}, "backend_options must be a mapping"),
+        ("CartPole-v1", {"eval_every": -1}, "eval_every"),
+        ("CartPole-v1", {"eval_episodes": 0}, "eval_episodes"),
+        ("CartPole-v1", {"prices_file": "/no/such/prices.toml"}, "cannot read price table"),
+        ("CartPole-v1", {"bogus_parameter": 1}, r"unknown run parameter\(s\) \['bogus_parameter'\]"),
     ],
 )
 def test_bad_input_raises_config_error_naming_the_parameter(env_id, overrides, match):
@@ -87,8 +95,8 @@ def test_config_error_is_a_value_error():
 
 
 def test_unknown_backend_lists_the_available_ones():
-    with pytest.raises(ConfigError, match="available: local, process"):
-        resolve_run_config("CartPole-v1", backends=("local", "process"), backend="aci")
+    with pytest.raises(ConfigError, match="available: local, work-pool, dask"):
+        resolve(backend="aci")
 
 
 def test_ppo_replace_without_overrides_is_identity():
@@ -125,3 +133,56 @@ def test_module_env_id_imports_its_module_like_gym_make(tmp_path, monkeypatch):
         gym.registry.pop("TmpCartPole-v0", None)
         for name in ("registers_tmp_env", "registers_nothing", "broken_env_module"):
             sys.modules.pop(name, None)
+
+
+def test_every_train_parameter_lands_in_the_one_run_config():
+    """The flow's parameters and RunConfig cannot drift: each one is a field, or builds one."""
+    import dataclasses
+    import inspect
+
+    from flows.train import train
+
+    params = set(inspect.signature(train.fn).parameters)
+    fields = {f.name for f in dataclasses.fields(RunConfig)}
+    # parameters that build a field of another name: env -> env_id, prices_file -> prices, and
+    # the backend's options -> backend (a typed spec, with the `backend` name parameter)
+    expected = (fields - {"env_id", "prices"}) | {"env", "prices_file", "backend_options",
+                                                    "local_workers", "warm_actors", "resume"}
+    assert params == expected, params ^ expected
+
+
+def test_backend_options_become_a_typed_spec():
+    from models.config import DaskBackendSpec, WorkPoolBackendSpec
+
+    cfg = resolve(backend="work-pool", warm_actors=3, backend_options={"actor_deployment": "actor/aci"})
+    assert cfg.backend == WorkPoolBackendSpec(actor_deployment="actor/aci", warm_actors=3)
+    assert resolve(backend="dask", local_workers=2).backend == DaskBackendSpec(workers=2)
+    assert resolve(local_workers=1).backend == LocalBackendSpec(workers=1)
+
+
+def test_run_config_round_trips_through_plain_data_with_its_prices(tmp_path):
+    import json
+
+    prices = tmp_path / "prices.toml"
+    from importlib import resources
+    prices.write_text(resources.files("models.data").joinpath("prices.toml").read_text()
+                      .replace("vcpu_per_hour = 0.0405", "vcpu_per_hour = 0.5"))
+    cfg = resolve(backend="work-pool", warm_actors=2, prices_file=str(prices), eval_every=3,
+                  actor_memory_gb=2.0, ppo={"hidden": [16, 16]})
+    assert cfg.prices.vcpu_s == 0.5 / 3600 and cfg.prices.actor.memory_gb == 2.0
+    back = RunConfig.from_dict(json.loads(json.dumps(cfg.to_dict())))
+    assert back == cfg
+
+
+def test_a_resume_may_change_only_where_and_how_long_it_runs():
+    from models.presets import resolve_run_changes
+
+    stored = resolve(max_rounds=10, seed=2)
+    changes = resolve_run_changes({"max_rounds": 20, "seed": 2, "quorum": 0.5, "local_workers": 1}, stored)
+    assert changes == {"max_rounds": 20, "quorum": 0.5, "backend": LocalBackendSpec(workers=1)}
+    resumed = stored.with_changes(changes)
+    assert (resumed.max_rounds, resumed.quorum, resumed.seed) == (20, 0.5, 2)
+    with pytest.raises(ConfigError, match=r"cannot change \['env_id'\] when resuming"):
+        stored.with_changes(resolve_run_changes({"env": "Acrobot-v1"}, stored))
+    with pytest.raises(ConfigError, match=r"cannot change \['ppo', 'seed'\]"):
+        stored.with_changes(resolve_run_changes({"seed": 3, "ppo": {"gamma": 0.5}}, stored))

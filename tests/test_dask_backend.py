@@ -25,9 +25,9 @@ def test_train_two_rounds_on_a_local_dask_cluster(prefect_api_url, mlflow_uri, t
     summary = train(env="CartPole-v1", scheduler="fixed:2", max_rounds=2, fragment=128, seed=5,
                     backend="dask", local_workers=2, tracking_uri=mlflow_uri,
                     checkpoint_dir=str(tmp_path / "ckpt"))
-    assert summary["rounds"] == 2 and summary["env_steps"] == 2 * 2 * 128
+    assert summary.rounds == 2 and summary.env_steps == 2 * 2 * 128
     client = MlflowClient(mlflow_uri)
-    run = client.get_run(summary["run_id"])
+    run = client.get_run(summary.run_id)
     assert run.data.tags["minionsrl.backend"] == "dask"
     steps = sorted(m.step for m in client.get_metric_history(run.info.run_id, "time/actor_startup_s"))
     assert steps == [0, 1]

@@ -100,12 +100,12 @@ def round_zero(mlflow_uri: str, run_id: str) -> tuple[str, dict[str, float], flo
 
 
 def assert_one_of_two_failed(summary, status, m):
-    assert summary["rounds"] == 1 and summary["stop_reason"] == "max_rounds"
+    assert summary.rounds == 1 and summary.stop_reason == "max_rounds"
     assert status == "FINISHED"
     assert m["rollout/actor_failures"] == 1.0  # the failure is recorded ...
     assert m["sched/actors"] == 2.0 and m["rollout/batches"] == 1.0  # ... and the quorum met
-    assert m["rollout/env_steps"] == FRAGMENT == summary["env_steps"]  # by the other actor
-    assert summary["history"][0]["sched/actors"] == 2.0
+    assert m["rollout/env_steps"] == FRAGMENT == summary.env_steps  # by the other actor
+    assert summary.history[0].actors == 2
 
 
 def assert_ended_by_the_timeout(m, logged_at: float, hang: dict, timeout_s: float,
@@ -129,7 +129,7 @@ def test_local_actor_killed_mid_rollout(prefect_api_url, store_uri, experiment, 
     timeout_s = 60.0
     summary = run_one_round(KILL_ONE, store_uri, experiment, tmp_path, backend="local", local_workers=2,
                             actor_timeout_s=timeout_s, actor_retries=1)
-    status, m, logged_at = round_zero(store_uri, summary["run_id"])
+    status, m, logged_at = round_zero(store_uri, summary.run_id)
     assert_one_of_two_failed(summary, status, m)
     # Both attempts of actor 0 were SIGKILLed mid-rollout, each in its own worker process.
     kills = notes()
@@ -148,7 +148,7 @@ def test_local_actor_past_its_timeout(prefect_api_url, store_uri, experiment, tm
     timeout_s = 3.0
     summary = run_one_round(HANG_ONE, store_uri, experiment, tmp_path, backend="local", local_workers=2,
                             actor_timeout_s=timeout_s, actor_retries=0)
-    status, m, logged_at = round_zero(store_uri, summary["run_id"])
+    status, m, logged_at = round_zero(store_uri, summary.run_id)
     assert_one_of_two_failed(summary, status, m)
     [hang] = notes()
     assert (hang["fault"], hang["seed"], hang["steps"]) == ("hang", 0, 20)
@@ -250,7 +250,7 @@ def test_workpool_actor_killed_mid_rollout(stack, store_uri, experiment, tmp_pat
     since = time.time()
     summary = run_one_round_on_stack(stack, KILL_ONE, store_uri, experiment, tmp_path,
                                      actor_timeout_s=timeout_s, actor_retries=0)
-    status, m, logged_at = round_zero(store_uri, summary["run_id"])
+    status, m, logged_at = round_zero(store_uri, summary.run_id)
     assert_one_of_two_failed(summary, status, m)
     [kill] = notes()
     assert (kill["fault"], kill["seed"], kill["steps"]) == ("kill", 0, 20) and gone(kill["pid"])
@@ -275,7 +275,7 @@ def test_workpool_warm_actor_past_its_timeout(stack, store_uri, experiment, tmp_
     since = time.time()
     summary = run_one_round_on_stack(stack, HANG_ONE, store_uri, experiment, tmp_path,
                                      warm_actors=2, actor_timeout_s=timeout_s, actor_retries=0)
-    status, m, logged_at = round_zero(store_uri, summary["run_id"])
+    status, m, logged_at = round_zero(store_uri, summary.run_id)
     assert_one_of_two_failed(summary, status, m)
     [hang] = notes()
     assert (hang["fault"], hang["seed"], hang["steps"]) == ("hang", 0, 20)

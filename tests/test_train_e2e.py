@@ -30,13 +30,13 @@ def test_train_two_rounds_two_actors(prefect_api_url, mlflow_uri, tmp_path):
                     seed=3, tracking_uri=mlflow_uri, checkpoint_dir=str(tmp_path / "ckpt"),
                     local_workers=2)
 
-    assert summary["stop_reason"] in ("max_rounds", "target_reached")
-    assert summary["rounds"] == 2
-    assert summary["env_steps"] == 2 * 2 * 128
-    assert summary["cost_usd"] > 0
+    assert summary.stop_reason in ("max_rounds", "target_reached")
+    assert summary.rounds == 2
+    assert summary.env_steps == 2 * 2 * 128
+    assert summary.cost_usd > 0
 
     client = MlflowClient(mlflow_uri)
-    run = client.get_run(summary["run_id"])
+    run = client.get_run(summary.run_id)
     assert run.info.status == "FINISHED"
     assert run.info.run_name.startswith("CartPole-v1__fixed2__3__")
     assert run.data.params["ppo.gamma"] == "0.99"
@@ -51,7 +51,7 @@ def test_train_two_rounds_two_actors(prefect_api_url, mlflow_uri, tmp_path):
     assert math.isclose(total[1], per_round[0] + per_round[1], rel_tol=1e-9)
     artifacts = [a.path for a in client.list_artifacts(run.info.run_id, "policy")]
     assert artifacts == ["policy/final_policy.pt"]
-    assert (tmp_path / "ckpt" / summary["run_id"] / "latest.pt").exists()
+    assert (tmp_path / "ckpt" / summary.run_id / "latest.pt").exists()
 
     # Prefect recorded one train-round subflow per round, each with its mapped rollouts.
     with get_client(sync_client=True) as prefect:
@@ -84,18 +84,18 @@ def test_bad_input_fails_before_any_actor_or_run(prefect_api_url, mlflow_uri, tm
 
 
 def test_budget_stops_before_a_round_that_would_overspend(prefect_api_url, mlflow_uri, tmp_path):
-    from flows.session import BUDGET_MARGIN
     from flows.train import train
+    from models.session import BUDGET_MARGIN
 
     first = train(env="CartPole-v1", scheduler="fixed:2", max_rounds=1, fragment=128, seed=1,
                   tracking_uri=mlflow_uri, checkpoint_dir=str(tmp_path / "a"))
-    budget = first["cost_usd"] * 2.5
+    budget = first.cost_usd * 2.5
     summary = train(env="CartPole-v1", scheduler="fixed:2", max_rounds=50, fragment=128, seed=1,
                     budget_usd=budget, target_return=10_000.0, tracking_uri=mlflow_uri,
                     checkpoint_dir=str(tmp_path / "b"))
-    assert summary["stop_reason"] == "budget_spent"
-    assert 1 <= summary["rounds"] < 50
-    costs = [r["cost/round_usd"] for r in summary["history"]]
+    assert summary.stop_reason == "budget_spent"
+    assert 1 <= summary.rounds < 50
+    costs = [r.cost_usd for r in summary.history]
     # every round after the first was started only when the previous round's cost, with the
     # margin, said it fitted in what was left; and the next one would not have fitted
     for k in range(1, len(costs)):
@@ -106,7 +106,7 @@ def test_budget_stops_before_a_round_that_would_overspend(prefect_api_url, mlflo
 def test_a_crashed_run_resumes_without_losing_a_round(prefect_api_url, mlflow_uri, tmp_path,
                                                        monkeypatch):
     from flows import train as train_module
-    from flows.session import TrainingSession
+    from models.session import TrainingSession
 
     original = TrainingSession.record
 
@@ -126,8 +126,8 @@ def test_a_crashed_run_resumes_without_losing_a_round(prefect_api_url, mlflow_ur
     checkpoint = tmp_path / run.info.run_id / "latest.pt"
 
     summary = train_module.train(resume=str(checkpoint), tracking_uri=mlflow_uri)
-    assert summary["run_id"] == run.info.run_id and summary["rounds"] == 4
-    assert summary["env_steps"] == 4 * 2 * 128
+    assert summary.run_id == run.info.run_id and summary.rounds == 4
+    assert summary.env_steps == 4 * 2 * 128
     assert client.get_run(run.info.run_id).info.status == "FINISHED"
     steps = [m.step for m in client.get_metric_history(run.info.run_id, "time/round_s")]
     assert sorted(steps) == [0, 1, 2, 3]  # round 2 ran once, after the resume

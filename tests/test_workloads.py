@@ -85,7 +85,7 @@ def test_atari_two_rounds_through_the_flow(env_id, prefect_api_url, mlflow_uri, 
     summary = train(env=env_id, scheduler="fixed:2", max_rounds=2, fragment=64, envs_per_actor=2,
                     ppo={"minibatch_size": 64}, tracking_uri=mlflow_uri,
                     checkpoint_dir=str(tmp_path), local_workers=2)
-    assert summary["rounds"] == 2 and summary["env_steps"] == 2 * 2 * 64
+    assert summary.rounds == 2 and summary.env_steps == 2 * 2 * 64
 
 
 @pytest.mark.e2e
@@ -98,6 +98,6 @@ def test_hopper_two_rounds_with_evaluation(prefect_api_url, mlflow_uri, tmp_path
                     eval_every=1, eval_episodes=2, tracking_uri=mlflow_uri,
                     checkpoint_dir=str(tmp_path), local_workers=2)
     client = MlflowClient(mlflow_uri)
-    evals = client.get_metric_history(summary["run_id"], "eval/return_mean")
+    evals = client.get_metric_history(summary.run_id, "eval/return_mean")
     assert sorted(m.step for m in evals) == [0, 1]
     assert all(np.isfinite(m.value) for m in evals)

@@ -1,0 +1,58 @@
+"""Command lines generated from a flow's signature, so a flow's parameters and its CLI cannot drift.
+
+Each parameter becomes `--name-with-dashes`, typed from its annotation (a dict is JSON), with
+the help text of its `Args:` entry in the flow's docstring. Unset options stay None, so the
+flow's own defaults apply.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import re
+import types
+import typing
+from collections.abc import Callable
+from typing import Any
+
+
+def flow_arguments(parser: argparse.ArgumentParser, fn: Callable[..., Any]) -> None:
+    """Add one option per parameter of `fn` (a flow's function: `flow.fn`)."""
+    hints = typing.get_type_hints(fn)
+    helps = docstring_args(fn.__doc__ or "")
+    for name in inspect.signature(fn).parameters:
+        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None,
+                            type=_parser_for(name, hints.get(name, str)), help=helps.get(name))
+
+
+def given_arguments(values: dict[str, Any], exclude: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The parameters a flow was called with that are set (not None): call with locals()."""
+    return {k: v for k, v in values.items() if v is not None and k not in exclude}
+
+
+def docstring_args(doc: str) -> dict[str, str]:
+    """{name: help} from a Google-style `Args:` section."""
+    section = doc.split("Args:", 1)[1] if "Args:" in doc else ""
+    out: dict[str, str] = {}
+    for match in re.finditer(r"^\s{8}(\w+): (.*?)(?=^\s{8}\w+: |\Z)", section, re.S | re.M):
+        out[match.group(1)] = " ".join(match.group(2).split()).replace("%", "%%")
+    return out
+
+
+def _parser_for(name: str, hint: Any) -> Callable[[str], Any]:
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    if typing.get_origin(hint) is dict or hint is dict:
+        def parse_json(text: str) -> Any:
+            try:
+                value = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise argparse.ArgumentTypeError(f"--{name.replace('_', '-')}: not JSON ({exc})") from None
+            if not isinstance(value, dict):
+                raise argparse.ArgumentTypeError(f"--{name.replace('_', '-')}: expected a JSON object")
+            return value
+        return parse_json
+    if hint is bool:
+        return lambda text: text.lower() in ("1", "true", "yes")
+    return hint if hint in (int, float, str) else str

@@ -1,0 +1,253 @@
+"""A training run's state across rounds: the round loop's bookkeeping and its three stop rules.
+
+No Prefect here: the `train` flow (flows/train.py) calls into this, and tests drive it directly.
+A run stops when a round's mean return reaches J (target), when the next round's estimated
+cost does not fit in what is left of B (budget), or after K rounds (max_rounds).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from models.checkpoint import PolicyArtifact, RunCheckpoint, save_policy, save_run_checkpoint
+from models.config import RunConfig
+from models.cost import estimate_round_cost, server_cluster_cost
+from models.envs import env_spaces
+from models.metrics import round_metrics
+from models.ppo import Learner
+from models.rollout import ActorJob, RolloutBatch
+from models.schedulers import RoundState, make_scheduler
+
+STOP_TARGET, STOP_BUDGET, STOP_MAX_ROUNDS = "target_reached", "budget_spent", "max_rounds"
+
+# A round's cost is estimated from the last round's durations; rounds vary, so leave headroom
+# (measured on CartPole: round-to-round duration changes stay well under 20%).
+BUDGET_MARGIN = 1.2
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """One finished round: what the scheduler observes next and what a run's summary lists."""
+
+    round_index: int
+    actors: int
+    mean_return: float
+    """R_k: mean return of the episodes completed in the round (NaN when none did)."""
+    env_steps: int
+    round_s: float
+    """P_k: learner time + the slowest actor's own duration (one core per actor)."""
+    wall_s: float
+    """What the clock saw on this machine."""
+    learner_s: float
+    actor_mean_s: float
+    cost_usd: float
+    loss: float
+    policy_kl: float
+
+    @classmethod
+    def from_metrics(cls, round_index: int, metrics: dict[str, float]) -> RoundRecord:
+        return cls(round_index=round_index, actors=int(metrics["sched/actors"]),
+                   mean_return=metrics["rollout/ep_return_mean"],
+                   env_steps=int(metrics["rollout/env_steps"]), round_s=metrics["time/round_s"],
+                   wall_s=metrics["time/round_wall_s"], learner_s=metrics["time/learner_s"],
+                   actor_mean_s=metrics["time/actor_mean_s"], cost_usd=metrics["cost/round_usd"],
+                   loss=metrics["train/loss"], policy_kl=metrics["train/policy_kl"])
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What a finished training run reports (the `train` flow's return value)."""
+
+    run_id: str | None
+    env_id: str
+    scheduler: str
+    seed: int
+    stop_reason: str | None
+    rounds: int
+    final_return: float
+    best_return: float
+    env_steps: int
+    cost_usd: float
+    server_cluster_cost_usd: float
+    time_to_stop_s: float
+    """Sum of P_k: the run's time with one core per actor."""
+    wall_time_s: float
+    """Sum of the rounds' wall times on this machine."""
+    history: tuple[RoundRecord, ...]
+    scheduler_trace: dict | None = None
+    """A learned scheduler's decisions (models/scheduler_agent.py LearnedScheduler.trace)."""
+    tracking_uri: str = ""
+    checkpoint: str = ""
+
+    @property
+    def target_reached(self) -> bool:
+        return self.stop_reason == STOP_TARGET
+
+
+@dataclass
+class RunProgress:
+    """The running totals a checkpoint carries from round to round."""
+
+    round_index: int = 0
+    """The next round to run."""
+    spent_usd: float = 0.0
+    env_steps: int = 0
+    sum_round_s: float = 0.0
+    sum_wall_s: float = 0.0
+    best_return: float = -math.inf
+    stop_reason: str | None = None
+    run_id: str | None = None
+    history: list[RoundRecord] = field(default_factory=list)
+
+
+class TrainingSession:
+    """The learner, the scheduler and the run's progress; one `record` per finished round."""
+
+    def __init__(self, cfg: RunConfig):
+        self.cfg = cfg
+        self.prices = cfg.prices
+        self.spaces = env_spaces(cfg.env_id)
+        self.learner = Learner(self.spaces, cfg.ppo, seed=cfg.seed, device=cfg.learner_device,
+                               max_rounds=cfg.max_rounds)
+        self.scheduler = make_scheduler(cfg.scheduler, cfg.i_max, cfg.max_rounds, cfg.target_return,
+                                        budget_usd=cfg.budget_usd, seed=cfg.seed)
+        self.progress = RunProgress()
+
+    # -- before a round ------------------------------------------------------------------
+    @property
+    def round_index(self) -> int:
+        return self.progress.round_index
+
+    @property
+    def stop_reason(self) -> str | None:
+        return self.progress.stop_reason
+
+    @property
+    def run_id(self) -> str | None:
+        return self.progress.run_id
+
+    @property
+    def last(self) -> RoundRecord | None:
+        return self.progress.history[-1] if self.progress.history else None
+
+    def state(self) -> RoundState:
+        """s_k for the scheduler, from the last round's figures (zeros before the first)."""
+        last = self.last
+        return RoundState(
+            round_index=self.round_index,
+            last_loss=last.loss if last else 0.0,
+            last_return=last.mean_return if last else math.nan,
+            policy_kl=last.policy_kl if last else 0.0,
+            last_learner_s=last.learner_s if last else 0.0,
+            last_actor_s=last.actor_mean_s if last else 0.0,
+            budget_left_usd=self.budget_left_usd,
+        )
+
+    @property
+    def budget_left_usd(self) -> float:
+        return self.cfg.budget_usd - self.progress.spent_usd
+
+    def admit_round(self, actors: int) -> bool:
+        """The budget rule: False (and the run stops) when the last round's durations say a
+        round of `actors` actors would overspend what is left of B."""
+        last = self.last
+        if last is None:
+            fits = self.budget_left_usd > 0
+        else:
+            estimate = estimate_round_cost(actors, last.learner_s, last.actor_mean_s, self.prices)
+            fits = estimate * BUDGET_MARGIN <= self.budget_left_usd
+        if not fits:
+            self.progress.stop_reason = STOP_BUDGET
+        return fits
+
+    def jobs(self, actors: int, weights: bytes) -> list[ActorJob]:
+        cfg = self.cfg
+        now = time.time()
+        norm = self.learner.norm_state()
+        return [ActorJob(env_id=cfg.env_id, round_index=self.round_index, actor_index=i,
+                         seed=actor_seed(cfg.seed, self.round_index, i, cfg.i_max),
+                         steps_per_env=cfg.steps_per_env, envs_per_actor=cfg.envs_per_actor,
+                         hidden=cfg.ppo.hidden, weights=weights, requested_at=now,
+                         norm=norm)
+                for i in range(actors)]
+
+    # -- after a round -------------------------------------------------------------------
+    def record(self, batches: list[RolloutBatch], learner_stats: dict[str, float],
+               wall_s: float, failed_billed_s: list[float] | None = None) -> dict[str, float]:
+        """Fold a finished round into the run's totals and apply the target and K rules;
+        returns the round's metrics (MLflow names)."""
+        p = self.progress
+        metrics = round_metrics(batches, learner_stats["time/learner_s"], wall_s, self.prices,
+                                failed_billed_s)
+        metrics.update(learner_stats)
+        if "time/round_body_s" in learner_stats:  # split the overhead: subflow vs tasks
+            metrics["time/subflow_overhead_s"] = max(wall_s - learner_stats["time/round_body_s"], 0.0)
+        p.spent_usd += metrics["cost/round_usd"]
+        p.env_steps += int(metrics["rollout/env_steps"])
+        p.sum_round_s += metrics["time/round_s"]
+        p.sum_wall_s += wall_s
+        ret = metrics["rollout/ep_return_mean"]
+        if not math.isnan(ret):
+            p.best_return = max(p.best_return, ret)
+        metrics.update({
+            "cost/total_usd": p.spent_usd,
+            "cost/budget_left_usd": self.budget_left_usd,
+            "cost/server_cluster_usd": server_cluster_cost(p.sum_round_s, self.prices),
+            "rollout/env_steps_total": float(p.env_steps),
+            "time/total_round_s": p.sum_round_s,
+            "time/total_wall_s": p.sum_wall_s,
+        })
+        p.history.append(RoundRecord.from_metrics(p.round_index, metrics))
+        p.round_index += 1
+        if not math.isnan(ret) and ret >= self.cfg.target_return:
+            p.stop_reason = STOP_TARGET
+        elif p.round_index >= self.cfg.max_rounds:
+            p.stop_reason = STOP_MAX_ROUNDS
+        return metrics
+
+    def summary(self, tracking_uri: str = "", checkpoint: str = "") -> RunSummary:
+        p = self.progress
+        last = self.last
+        return RunSummary(
+            run_id=p.run_id, env_id=self.cfg.env_id, scheduler=self.scheduler.name,
+            seed=self.cfg.seed, stop_reason=p.stop_reason, rounds=p.round_index,
+            final_return=last.mean_return if last else math.nan, best_return=p.best_return,
+            env_steps=p.env_steps, cost_usd=p.spent_usd,
+            server_cluster_cost_usd=server_cluster_cost(p.sum_round_s, self.prices),
+            time_to_stop_s=p.sum_round_s, wall_time_s=p.sum_wall_s, history=tuple(p.history),
+            scheduler_trace=self.scheduler.trace() if hasattr(self.scheduler, "trace") else None,
+            tracking_uri=tracking_uri, checkpoint=checkpoint)
+
+    # -- checkpoints ---------------------------------------------------------------------
+    def policy_artifact(self) -> PolicyArtifact:
+        """What a user needs to run the trained policy: weights, spaces and normaliser stats."""
+        learner = self.learner
+        return PolicyArtifact(env_id=self.cfg.env_id, hidden=self.cfg.ppo.hidden,
+                              policy={k: v.cpu() for k, v in learner.policy.state_dict().items()},
+                              obs_rms=learner.obs_rms.moments() if learner.obs_rms else None)
+
+    def save_policy(self, path: str | Path) -> Path:
+        return save_policy(path, self.policy_artifact())
+
+    def save(self, path: str | Path) -> Path:
+        p = self.progress
+        return save_run_checkpoint(path, RunCheckpoint(
+            config=self.cfg.to_dict(), learner=self.learner.state_dict(),
+            scheduler=self.scheduler.state_dict(),
+            progress={**asdict(p), "history": [asdict(r) for r in p.history]}))
+
+    def load(self, checkpoint: RunCheckpoint) -> None:
+        """Continue exactly after the last finished round of a checkpoint."""
+        self.learner.load_state_dict(checkpoint.learner)
+        self.scheduler.load_state_dict(checkpoint.scheduler)
+        values = dict(checkpoint.progress)
+        values["history"] = [RoundRecord(**r) for r in values["history"]]
+        self.progress = RunProgress(**values)
+
+
+def actor_seed(seed: int, round_index: int, actor_index: int, i_max: int) -> int:
+    """Distinct, reproducible seeds for every actor of every round (RLlib: seed + worker index)."""
+    return seed * 1_000_003 + round_index * i_max + actor_index

@@ -1,0 +1,101 @@
+"""The round state and its three stop rules (budget, target, K) and resume, with no Prefect."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from models.presets import resolve_run_config
+from models.rollout import RolloutBatch
+from models.session import (
+    BUDGET_MARGIN,
+    STOP_BUDGET,
+    STOP_MAX_ROUNDS,
+    STOP_TARGET,
+    TrainingSession,
+)
+from models.timings import ActorTimings
+
+LEARNER_S = 0.5
+
+
+def session(**overrides) -> TrainingSession:
+    cfg = resolve_run_config({"env": "CartPole-v1", "scheduler": "fixed:2", "fragment": 8,
+                              "tracking_uri": "sqlite:///unused.db", "checkpoint_dir": "unused",
+                              **overrides})
+    return TrainingSession(cfg)
+
+
+def batch(returns: list[float], sampling_s: float = 1.0, steps: int = 8) -> RolloutBatch:
+    z = np.zeros((steps, 1), np.float32)
+    return RolloutBatch(
+        obs=np.zeros((steps, 1, 4), np.float32), actions=np.zeros((steps, 1), np.int64), logp=z, rewards=z,
+        terminated=z.astype(bool), truncated=z.astype(bool), trunc_index=np.zeros((0, 2), np.int64),
+        trunc_obs=np.zeros((0, 4), np.float32), last_obs=np.zeros((1, 4), np.float32),
+        episode_returns=list(returns), episode_lengths=[1] * len(returns),
+        timings=ActorTimings(requested_at=0.0, started_at=0.0, startup_s=0.0, weight_load_s=0.0,
+                             sampling_s=sampling_s, sampled_at=sampling_s))
+
+
+def finish_round(s: TrainingSession, returns: list[float], actors: int = 2) -> dict[str, float]:
+    stats = {"time/learner_s": LEARNER_S, "train/loss": 0.1, "train/policy_kl": 0.01}
+    return s.record([batch(returns) for _ in range(actors)], stats, wall_s=2.0)
+
+
+def test_target_stops_the_run_once_a_round_reaches_j():
+    s = session(target_return=100.0, max_rounds=10)
+    finish_round(s, [50.0])
+    assert s.stop_reason is None and s.round_index == 1
+    finish_round(s, [100.0, 120.0])
+    assert s.stop_reason == STOP_TARGET and s.summary().target_reached
+    assert s.summary().best_return == 110.0
+
+
+def test_max_rounds_stops_after_k_rounds_and_a_round_without_episodes_never_reaches_j():
+    s = session(target_return=10.0, max_rounds=2)
+    finish_round(s, [])
+    assert math.isnan(s.last.mean_return) and s.stop_reason is None
+    finish_round(s, [5.0])
+    assert s.stop_reason == STOP_MAX_ROUNDS and s.summary().rounds == 2
+
+
+def test_budget_rule_refuses_a_round_whose_estimate_does_not_fit():
+    s = session(budget_usd=1.0)
+    assert s.admit_round(2)  # before any round: anything is admitted while money is left
+    metrics = finish_round(s, [10.0])
+    per_actor = (metrics["cost/round_usd"] - LEARNER_S * s.prices.per_second(s.prices.learner)) / 2
+    # with what is left set so that exactly 3 actors fit (with the margin), 4 do not
+    s.progress.spent_usd = s.cfg.budget_usd - (LEARNER_S * s.prices.per_second(s.prices.learner)
+                                               + 3 * per_actor) * BUDGET_MARGIN * 1.0001
+    assert s.admit_round(3) and s.stop_reason is None
+    assert not s.admit_round(4) and s.stop_reason == STOP_BUDGET
+
+
+def test_state_reports_the_last_round_to_the_scheduler():
+    s = session()
+    first = s.state()
+    assert first.round_index == 0 and math.isnan(first.last_return) and first.last_loss == 0.0
+    finish_round(s, [30.0])
+    state = s.state()
+    assert (state.round_index, state.last_return, state.last_loss, state.policy_kl) == (1, 30.0, 0.1, 0.01)
+    assert state.last_learner_s == LEARNER_S and state.last_actor_s == pytest.approx(1.0)
+    assert state.budget_left_usd == pytest.approx(s.cfg.budget_usd - s.progress.spent_usd)
+
+
+def test_resume_continues_with_the_same_totals_and_history(tmp_path):
+    from models.checkpoint import load_run_checkpoint
+
+    s = session(max_rounds=5, seed=4)
+    finish_round(s, [10.0])
+    finish_round(s, [20.0])
+    s.progress.run_id = "abc"
+    s.save(tmp_path / "latest.pt")
+    resumed = session(max_rounds=5, seed=4)
+    resumed.load(load_run_checkpoint(tmp_path / "latest.pt"))
+    assert resumed.progress == s.progress
+    assert resumed.state() == s.state()
+    for a, b in zip(resumed.learner.state_dict()["policy"].values(),
+                    s.learner.state_dict()["policy"].values(), strict=True):
+        assert a.equal(b)
