@@ -132,7 +132,7 @@ class LearnedScheduler:
         return {"mode": self.mode, "steps": [dict(s) for s in self.steps],
                 "normaliser": self.normaliser.state_dict(), "rng": self.generator.get_state(),
                 "policy": self.agent.policy.state_dict(), "value": self.agent.value.state_dict(),
-                "scale": self.agent.state_dict()["scale"]}
+                "scale": self.agent.scale_state()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.mode = state["mode"]
@@ -172,7 +172,7 @@ def save_scheduler(path: str | Path, agent: SchedulerAgent, *,
     state = agent.state_dict()
     header = {"i_max": agent.i_max, "features": list(FEATURES),
               "normaliser": asdict(normaliser or NormaliserConfig()),
-              "agent_config": asdict(agent.config), "scale": state["scale"],
+              "agent_config": asdict(agent.config), "scale": agent.scale_state(),
               "updates": agent.updates, "episodes_seen": agent.episodes_seen, "meta": dict(meta or {})}
     try:
         header = json.loads(json.dumps(header))  # plain types only (tuples become lists)

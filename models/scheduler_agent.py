@@ -231,10 +231,12 @@ class SchedulerAgent:
     # -- state -----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {"policy": self.policy.state_dict(), "value": self.value.state_dict(),
-                "optimizer": self.optimizer.state_dict(),
-                "scale": {"count": float(self.scale.count), "mean": float(self.scale.mean),
-                          "var": float(self.scale.var)},
+                "optimizer": self.optimizer.state_dict(), "scale": self.scale_state(),
                 "updates": self.updates, "episodes_seen": self.episodes_seen}
+
+    def scale_state(self) -> dict[str, float]:
+        """The value-target statistics as plain floats (RunningMeanStd.from_state_dict reads them)."""
+        return {"count": float(self.scale.count), "mean": float(self.scale.mean), "var": float(self.scale.var)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.policy.load_state_dict(state["policy"])

@@ -1,4 +1,4 @@
-"""The baseline schedulers of SPEC §5 and the spec parser."""
+"""The heuristic schedulers (models/schedulers.py), make_scheduler's spec parsing, and the models/ import graph."""
 
 from __future__ import annotations
 
