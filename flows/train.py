@@ -69,8 +69,7 @@ def localise_scheduler_spec(spec: str | None, tracking_uri: str, dest_root: str 
     if not is_mlflow_uri(learned.ref):
         return spec
     Path(dest_root).mkdir(parents=True, exist_ok=True)
-    local = fetch_scheduler_checkpoint(learned.ref, tracking_uri,
-                                       tempfile.mkdtemp(prefix="scheduler-", dir=dest_root))
+    local = fetch_scheduler_checkpoint(learned.ref, tracking_uri, tempfile.mkdtemp(prefix="scheduler-", dir=dest_root))
     return f"learned:{local}:{learned.mode}"
 
 

@@ -236,7 +236,8 @@ class SchedulerAgent:
 
     def scale_state(self) -> dict[str, float]:
         """The value-target statistics as plain floats (RunningMeanStd.from_state_dict reads them)."""
-        return {"count": float(self.scale.count), "mean": float(self.scale.mean), "var": float(self.scale.var)}
+        scale = self.scale
+        return {"count": float(scale.count), "mean": float(scale.mean), "var": float(scale.var)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.policy.load_state_dict(state["policy"])

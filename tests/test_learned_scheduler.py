@@ -107,7 +107,8 @@ def test_parse_learned_spec(spec, ref, mode):
     assert parse_learned_spec(str(parse_learned_spec(spec))) == parse_learned_spec(spec)  # round trip
 
 
-@pytest.mark.parametrize("spec", ["fixed:3", "learnedx", "", "  ", "max", "learned:/a.pt:", "learned: :sample"])
+@pytest.mark.parametrize("spec", ["fixed:3", "learnedx", "", "  ", "max", "learned:/a.pt:",
+                                  "learned: :sample"])
 def test_bad_learned_specs_raise_a_config_error_naming_the_spec(spec):
     with pytest.raises(ConfigError) as info:
         parse_learned_spec(spec)
