@@ -18,7 +18,7 @@ import torch
 
 from models.config import PPOConfig
 from models.envs import EnvSpaces
-from models.ppo import Learner, ppo_loss
+from models.ppo import Learner, LossCoefficients, ppo_loss
 
 
 def main() -> None:
@@ -40,7 +40,7 @@ def main() -> None:
             torch.cuda.synchronize()
         t0 = time.perf_counter()
         logp, ent, v = learner.policy.evaluate(obs, actions)
-        out = ppo_loss(logp, old_logp, adv, v, old_v, ret, ent, learner.cfg)
+        out = ppo_loss(logp, old_logp, adv, v, old_v, ret, ent, LossCoefficients.from_config(learner.cfg))
         learner.optimizer.zero_grad(set_to_none=True)
         out.loss.backward()
         torch.nn.utils.clip_grad_norm_(learner.policy.parameters(), learner.cfg.max_grad_norm)

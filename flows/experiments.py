@@ -56,7 +56,7 @@ from flows.tracking import RunTracker  # noqa: E402
 from flows.train import train  # noqa: E402
 from models.config import ConfigError  # noqa: E402
 from models.cost import PriceTable  # noqa: E402
-from models.scheduler_agent import SHIPPED  # noqa: E402
+from models.learned_scheduler import SHIPPED  # noqa: E402
 
 DEFAULT_EXPERIMENT = "minionsrl-experiments"
 LEARNED = SHIPPED  # the packaged CartPole-v1 scheduler ('learned:cartpole')

@@ -40,17 +40,15 @@ from flows.local_api import prefect_api  # noqa: E402
 from flows.tracking import RunTracker, project_root  # noqa: E402
 from flows.train import fetch_scheduler_checkpoint, train  # noqa: E402
 from models.config import ConfigError  # noqa: E402
-from models.presets import resolve_run_config  # noqa: E402
-from models.scheduler_agent import (  # noqa: E402
-    AgentConfig,
-    Episode,
-    SchedulerAgent,
+from models.learned_scheduler import (  # noqa: E402
     is_mlflow_uri,
     load_scheduler,
     resolve_checkpoint,
-    rewards_from_summary,
     save_scheduler,
 )
+from models.presets import resolve_run_config  # noqa: E402
+from models.scheduler_agent import AgentConfig, Episode, SchedulerAgent  # noqa: E402
+from models.scheduler_reward import rewards_from_summary  # noqa: E402
 
 ARTIFACT_DIR = "scheduler"
 ARTIFACT_NAME = "scheduler.pt"

@@ -33,9 +33,9 @@ from flows.local_api import prefect_api  # noqa: E402
 from flows.tracking import RunTracker, default_tracking_uri, project_root  # noqa: E402
 from models.checkpoint import RunCheckpoint, load_run_checkpoint  # noqa: E402
 from models.config import ConfigError, RunConfig  # noqa: E402
+from models.learned_scheduler import is_learned_spec, is_mlflow_uri, parse_learned_spec  # noqa: E402
 from models.presets import resolve_run_changes, resolve_run_config  # noqa: E402
 from models.rollout import RolloutBatch  # noqa: E402
-from models.scheduler_agent import is_mlflow_uri, parse_learned_spec  # noqa: E402
 from models.session import RunSummary, TrainingSession  # noqa: E402
 from tasks.backends import ActorBackend, make_backend  # noqa: E402
 from tasks.rounds import ActorFailure, evaluate, rollout, schedule, update  # noqa: E402
@@ -64,14 +64,14 @@ def localise_scheduler_spec(spec: str | None, tracking_uri: str, dest_root: str 
     """'learned:<MLflow URI>[:mode]' -> 'learned:<local copy>:<mode>', the copy downloaded from
     `tracking_uri` into a fresh folder under dest_root (kept: a resumed run loads it again).
     Every other spec comes back unchanged."""
-    if spec is None or spec.strip().lower().split(":")[0] != "learned":
+    if not is_learned_spec(spec):
         return spec
-    ref, mode = parse_learned_spec(spec)
-    if not is_mlflow_uri(ref):
+    learned = parse_learned_spec(spec)
+    if not is_mlflow_uri(learned.ref):
         return spec
     Path(dest_root).mkdir(parents=True, exist_ok=True)
-    local = fetch_scheduler_checkpoint(ref, tracking_uri, tempfile.mkdtemp(prefix="scheduler-", dir=dest_root))
-    return f"learned:{local}:{mode}"
+    local = fetch_scheduler_checkpoint(learned.ref, tracking_uri, tempfile.mkdtemp(prefix="scheduler-", dir=dest_root))
+    return f"learned:{local}:{learned.mode}"
 
 
 class RoundFailedError(RuntimeError):

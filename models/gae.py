@@ -13,13 +13,19 @@ def compute_gae(
     truncated: np.ndarray,
     gamma: float,
     gae_lambda: float,
+    *,
+    dtype: type = np.float32,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Advantages and returns, all arrays shaped [T, N].
+    """Advantages and returns, all arrays shaped [T, N], as `dtype` (computed in float64).
 
     next_values[t] is V of the observation that followed step t in the same episode: the next
     stored observation, the final observation of a truncated episode, or the fragment's last
     observation at t = T-1. A terminated step bootstraps 0; an episode end of either kind cuts
     the lambda-trace so that no advantage leaks across episodes or actors' fragments.
+
+    The policy learner (models/ppo.py) passes many actors' fragments; the scheduler agent
+    (models/scheduler_agent.py) passes one complete episode as a single column that terminates
+    at its last step (`episode_gae`).
     """
     terminated = terminated.astype(np.float64)
     episode_end = np.logical_or(terminated, truncated).astype(np.float64)
@@ -30,7 +36,7 @@ def compute_gae(
         running = deltas[t] + gamma * gae_lambda * (1.0 - episode_end[t]) * running
         advantages[t] = running
     returns = advantages + values
-    return advantages.astype(np.float32), returns.astype(np.float32)
+    return advantages.astype(dtype), returns.astype(dtype)
 
 
 def next_values_for(values: np.ndarray, last_values: np.ndarray,
@@ -42,3 +48,19 @@ def next_values_for(values: np.ndarray, last_values: np.ndarray,
     if len(trunc_index):
         next_values[trunc_index[:, 0], trunc_index[:, 1]] = trunc_values
     return next_values
+
+
+def episode_gae(rewards: np.ndarray, values: np.ndarray, gamma: float,
+                gae_lambda: float) -> tuple[np.ndarray, np.ndarray]:
+    """Advantages and returns (float64, shape [T]) of one complete episode: one column whose
+    last step terminates, so the value after it is 0."""
+    rewards = np.asarray(rewards, dtype=np.float64).reshape(-1, 1)
+    values = np.asarray(values, dtype=np.float64).reshape(-1, 1)
+    next_values = np.zeros_like(values)
+    next_values[:-1] = values[1:]
+    terminated = np.zeros(values.shape, dtype=bool)
+    terminated[-1:] = True
+    advantages, returns = compute_gae(rewards, values, next_values, terminated,
+                                      np.zeros(values.shape, dtype=bool), gamma, gae_lambda,
+                                      dtype=np.float64)
+    return advantages[:, 0], returns[:, 0]

@@ -1,10 +1,9 @@
-"""Networks and action heads for Atari (Nature CNN) and continuous control (diagonal Gaussian).
+"""Network building blocks: orthogonally initialised layers, tanh MLPs and the Nature CNN.
 
-Continuous actions: the policy samples from N(mean, exp(log_std)) with a state-independent
-log_std parameter (CleanRL ppo_continuous_action.py). The *unclipped* sample is what is stored
-in the batch and re-scored by the learner; clipping to the action space's bounds happens only
-in the env step (``np.clip(action, low, high)``), as in CleanRL (its ClipAction wrapper) and
-SB3. Storing the clipped action would make the stored log-prob disagree with the action.
+Every network of the project is built here: the policy's actor and critic MLPs
+(models/policy.py), the scheduler agent's policy and value MLPs (models/scheduler_agent.py) and
+the Atari encoder. Initialisation follows CleanRL: orthogonal weights (gain sqrt(2) in hidden
+layers, 0.01 for a policy output, 1 for a value output) and zero biases.
 """
 
 from __future__ import annotations
@@ -15,14 +14,30 @@ import numpy as np
 import torch
 from torch import nn
 
-LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+HIDDEN_GAIN = math.sqrt(2)
+"""Orthogonal gain of hidden layers (tanh and ReLU alike, as in CleanRL)."""
 
 
-def _init(layer: nn.Module, gain: float, orthogonal: bool = True) -> nn.Module:
+def init_layer(layer: nn.Module, gain: float, orthogonal: bool = True) -> nn.Module:
+    """Orthogonal weights with `gain` and zero bias, in place; `orthogonal=False` keeps torch's init."""
     if orthogonal:
         nn.init.orthogonal_(layer.weight, gain)
         nn.init.zeros_(layer.bias)
     return layer
+
+
+def mlp(n_in: int, hidden: tuple[int, ...], n_out: int, out_gain: float) -> nn.Sequential:
+    """Linear-tanh layers of widths `hidden`, then a linear output layer with gain `out_gain`.
+
+    Layers are created and initialised one at a time, first to last, so that a seeded run
+    draws the same random numbers in the same order (same-seed runs are bit-identical).
+    """
+    layers: list[nn.Module] = []
+    for width in hidden:
+        layers += [init_layer(nn.Linear(n_in, width), HIDDEN_GAIN), nn.Tanh()]
+        n_in = width
+    layers.append(init_layer(nn.Linear(n_in, n_out), out_gain))
+    return nn.Sequential(*layers)
 
 
 class NatureCNN(nn.Module):
@@ -40,16 +55,16 @@ class NatureCNN(nn.Module):
 
     def __init__(self, n_actions: int, in_channels: int = 4, orthogonal_init: bool = True):
         super().__init__()
-        gain, o = math.sqrt(2), orthogonal_init
+        gain, o = HIDDEN_GAIN, orthogonal_init
         self.trunk = nn.Sequential(
-            _init(nn.Conv2d(in_channels, 32, 8, stride=4), gain, o), nn.ReLU(),
-            _init(nn.Conv2d(32, 64, 4, stride=2), gain, o), nn.ReLU(),
-            _init(nn.Conv2d(64, 64, 3, stride=1), gain, o), nn.ReLU(),
+            init_layer(nn.Conv2d(in_channels, 32, 8, stride=4), gain, o), nn.ReLU(),
+            init_layer(nn.Conv2d(32, 64, 4, stride=2), gain, o), nn.ReLU(),
+            init_layer(nn.Conv2d(64, 64, 3, stride=1), gain, o), nn.ReLU(),
             nn.Flatten(),
-            _init(nn.Linear(64 * 7 * 7, 512), gain, o), nn.ReLU(),
+            init_layer(nn.Linear(64 * 7 * 7, 512), gain, o), nn.ReLU(),
         )
-        self.policy_head = _init(nn.Linear(512, n_actions), 0.01, o)
-        self.value_head = _init(nn.Linear(512, 1), 1.0, o)
+        self.policy_head = init_layer(nn.Linear(512, n_actions), 0.01, o)
+        self.value_head = init_layer(nn.Linear(512, 1), 1.0, o)
 
     def features(self, obs: torch.Tensor | np.ndarray) -> torch.Tensor:
         """The 512-unit shared representation of uint8 frames."""
@@ -66,77 +81,3 @@ class NatureCNN(nn.Module):
 
     def value(self, obs: torch.Tensor | np.ndarray) -> torch.Tensor:
         return self.value_head(self.features(obs)).squeeze(-1)
-
-
-class DiagGaussianHead:
-    """Diagonal Gaussian actions; log-probs and entropies are summed over action dimensions.
-
-    ``log_std`` is the policy's state-independent parameter, shape (act_dim,) or (1, act_dim);
-    it broadcasts against ``mean`` (B, act_dim). Same formulas as torch.distributions.Normal,
-    without its per-call overhead.
-    """
-
-    @staticmethod
-    def sample(mean: torch.Tensor, log_std: torch.Tensor, generator: torch.Generator | None = None):
-        """(actions, log-probs (B,)): unclipped actions; clip only when stepping the env."""
-        noise = torch.randn(mean.shape, generator=generator, dtype=mean.dtype, device=mean.device)
-        actions = mean + log_std.exp() * noise
-        logp = (-0.5 * noise.square() - log_std - LOG_SQRT_2PI).sum(-1)
-        return actions, logp
-
-    @staticmethod
-    def log_prob_entropy(mean: torch.Tensor, log_std: torch.Tensor, actions: torch.Tensor):
-        """Log-prob of given actions and the entropy, each (B,)."""
-        z = (actions - mean) / log_std.exp()
-        logp = (-0.5 * z.square() - log_std - LOG_SQRT_2PI).sum(-1)
-        entropy = (0.5 + LOG_SQRT_2PI + log_std).expand_as(mean).sum(-1)
-        return logp, entropy
-
-    @staticmethod
-    def mode(mean: torch.Tensor) -> torch.Tensor:
-        return mean
-
-
-_NUMPY_ACTIVATIONS = {nn.Tanh: np.tanh, nn.ReLU: lambda h: np.maximum(h, 0.0)}
-
-
-class NumpyGaussianSampler:
-    """The MLP Gaussian actor's forward pass and sampling in numpy (the actors' hot loop).
-
-    A snapshot of ``actor`` (an nn.Sequential of Linear layers and Tanh/ReLU activations that
-    outputs the mean) and ``log_std``. Returns unclipped float32 actions and their log-probs,
-    computed exactly as DiagGaussianHead.log_prob_entropy re-scores them. Observations must
-    already be normalised (models.normalization.ObservationNormalizer).
-    """
-
-    def __init__(self, actor: nn.Sequential, log_std: torch.Tensor, seed: int):
-        self.ops: list[tuple[str, object]] = []
-        for module in actor:
-            if isinstance(module, nn.Linear):
-                self.ops.append(("linear", (module.weight.detach().cpu().numpy().T.copy(),
-                                            module.bias.detach().cpu().numpy().copy())))
-            elif type(module) in _NUMPY_ACTIVATIONS:
-                self.ops.append(("act", _NUMPY_ACTIVATIONS[type(module)]))
-            else:
-                raise TypeError(f"NumpyGaussianSampler cannot run {type(module).__name__}")
-        self.log_std = log_std.detach().cpu().numpy().astype(np.float32).reshape(-1)
-        self.std = np.exp(self.log_std)
-        self.rng = np.random.default_rng(seed)
-
-    def mean(self, obs: np.ndarray) -> np.ndarray:
-        h = np.asarray(obs, dtype=np.float32).reshape(obs.shape[0], -1)
-        for kind, op in self.ops:
-            if kind == "linear":
-                weight, bias = op
-                h = h @ weight + bias
-            else:
-                h = op(h)
-        return h
-
-    def __call__(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        mean = self.mean(obs)
-        noise = self.rng.standard_normal(mean.shape, dtype=np.float32)
-        actions = mean + self.std * noise
-        z = (actions - mean) / self.std  # from the stored float32 action, as the learner does
-        logp = (-0.5 * z * z - self.log_std - np.float32(LOG_SQRT_2PI)).sum(-1)
-        return actions, logp

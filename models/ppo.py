@@ -26,10 +26,37 @@ class PPOLoss:
     clipfrac: torch.Tensor
 
 
+@dataclass(frozen=True)
+class LossCoefficients:
+    """What the PPO loss reads of a configuration (PPOConfig's names and defaults)."""
+
+    clip_coef: float = 0.2
+    """Surrogate clip range (and the value clip range with clip_vloss)."""
+    vf_coef: float = 0.5
+    """Weight of the value loss."""
+    ent_coef: float = 0.0
+    """Weight of the entropy bonus."""
+    norm_adv: bool = True
+    """Standardise the advantages within the minibatch."""
+    clip_vloss: bool = False
+    """Clip the value loss around the old values (old_values must then be given)."""
+
+    @classmethod
+    def from_config(cls, cfg: PPOConfig) -> LossCoefficients:
+        return cls(clip_coef=cfg.clip_coef, vf_coef=cfg.vf_coef, ent_coef=cfg.ent_coef,
+                   norm_adv=cfg.norm_adv, clip_vloss=cfg.clip_vloss)
+
+
 def ppo_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
-             new_values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
-             entropy: torch.Tensor, cfg: PPOConfig) -> PPOLoss:
-    """Clipped surrogate + value loss - entropy bonus, with KL and clip-fraction diagnostics."""
+             new_values: torch.Tensor, old_values: torch.Tensor | None, returns: torch.Tensor,
+             entropy: torch.Tensor, cfg: LossCoefficients) -> PPOLoss:
+    """Clipped surrogate + value loss - entropy bonus, with KL and clip-fraction diagnostics.
+
+    Used by the policy's Learner and by the scheduler agent (models/scheduler_agent.py).
+    old_values is read only with cfg.clip_vloss.
+    """
+    if cfg.clip_vloss and old_values is None:
+        raise ValueError("ppo_loss with clip_vloss needs old_values")
     log_ratio = new_logp - old_logp
     ratio = log_ratio.exp()
     with torch.no_grad():
@@ -186,6 +213,7 @@ class Learner:
         sums = {"loss": 0.0, "policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0,
                 "approx_kl": 0.0, "clipfrac": 0.0, "grad_norm": 0.0}
         steps = 0
+        coefficients = LossCoefficients.from_config(cfg)
         for _ in range(cfg.update_epochs):
             order = torch.randperm(n, generator=self.generator).to(self.device)
             epoch_kl = 0.0
@@ -194,7 +222,7 @@ class Learner:
                 idx = order[start:start + mb]
                 new_logp, entropy, new_values = self.policy.evaluate(data.obs[idx], data.actions[idx])
                 out = ppo_loss(new_logp, data.logp[idx], data.advantages[idx], new_values,
-                               data.values[idx], data.returns[idx], entropy, cfg)
+                               data.values[idx], data.returns[idx], entropy, coefficients)
                 self.optimizer.zero_grad(set_to_none=True)
                 out.loss.backward()
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)

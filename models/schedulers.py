@@ -1,33 +1,22 @@
-"""Actor-count schedulers: the round state they observe and the baseline policies of SPEC §5.
+"""Actor-count schedulers: the Scheduler protocol, the heuristic schedulers and make_scheduler.
 
-A scheduler maps the 7-number RoundState to I_k in [1, I_max]. The learned scheduler (a later
-issue) implements the same interface; every scheduler plugs into the one round loop.
+A scheduler maps the 7-number RoundState (models/scheduler_features.py, re-exported here) to
+I_k in [1, I_max]. The heuristics (fixed, max, adapt, increase, decrease) live here; the learned
+scheduler (models/learned_scheduler.py) implements the same protocol. Every scheduler plugs
+into the one round loop (flows/session.py).
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import astuple, dataclass
 from typing import Any, Protocol
 
 from models.config import ConfigError
+from models.learned_scheduler import is_learned_spec, make_learned_scheduler, parse_learned_spec
+from models.scheduler_features import RoundState
 
-
-@dataclass(frozen=True)
-class RoundState:
-    """s_k of SPEC §4, raw (unnormalised) values."""
-
-    round_index: int
-    last_loss: float
-    last_return: float
-    policy_kl: float
-    last_learner_s: float
-    last_actor_s: float
-    budget_left_usd: float
-
-    def as_tuple(self) -> tuple[float, ...]:
-        return tuple(float(x) for x in astuple(self))
+__all__ = ["Adapt", "Fixed", "Max", "Ramp", "RoundState", "Scheduler", "clip_actors", "make_scheduler"]
 
 
 class Scheduler(Protocol):
@@ -135,15 +124,14 @@ def make_scheduler(spec: str, i_max: int, max_rounds: int, target_return: float,
     """Parse 'fixed:N', 'max', 'adapt', 'increase:N[:step[:every]]', 'decrease:N[:step[:every]]'.
 
     budget_usd and seed are for schedulers that need them (the learned scheduler).
-    'learned[:<path>][:sample]' loads a trained scheduler (models/scheduler_agent.py); without a
+    'learned[:<path>][:sample]' loads a trained scheduler (models/learned_scheduler.py); without a
     path, the packaged CartPole-v1 one. Its path keeps its case and colons. An MLflow URI
     ('learned:runs:/<id>/scheduler/scheduler.pt') is downloaded by the `train` flow from its own
     tracking store before the scheduler is built (flows/train.py localise_scheduler_spec).
     """
-    if spec.strip().lower().split(":")[0] == "learned":
-        from models.scheduler_agent import make_learned_scheduler
-
-        return make_learned_scheduler(spec, i_max, max_rounds, target_return, budget_usd, seed)
+    if is_learned_spec(spec):
+        return make_learned_scheduler(parse_learned_spec(spec), i_max, max_rounds, target_return,
+                                      budget_usd, seed)
     name, *args = spec.strip().lower().split(":")
     try:
         numbers = [int(a) for a in args]

@@ -24,7 +24,8 @@ def test_transfer_end_to_end_on_a_workload_the_source_never_saw(prefect_api_url,
     from flows.experiments import scheduler_transfer
     from flows.scheduler_flows import ARTIFACT_DIR, ARTIFACT_NAME
     from flows.tracking import RunTracker
-    from models.scheduler_agent import SchedulerAgent, load_scheduler, save_scheduler
+    from models.learned_scheduler import load_scheduler, save_scheduler
+    from models.scheduler_agent import SchedulerAgent
 
     # The source: a CartPole-style scheduler for i_max 4, logged in the experiment's own MLflow
     # store and named by URI while MLFLOW_TRACKING_URI points at another store.
@@ -109,7 +110,7 @@ def test_transfer_command_line(monkeypatch, capsys, argv, expected):
 
 def test_learned_spec_names_the_packaged_scheduler():
     from flows.experiments import LEARNED, learned_spec
-    from models.scheduler_agent import LearnedScheduler, resolve_checkpoint, shipped_checkpoint
+    from models.learned_scheduler import LearnedScheduler, resolve_checkpoint, shipped_checkpoint
     from models.schedulers import make_scheduler
 
     assert resolve_checkpoint(LEARNED) == shipped_checkpoint()  # finetune's source

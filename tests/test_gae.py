@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models.gae import compute_gae, next_values_for
+from models.gae import compute_gae, episode_gae, next_values_for
 
 GAMMA, LAM = 0.9, 0.8
 GL = GAMMA * LAM  # 0.72: the trace decay between consecutive steps of one episode
@@ -149,3 +149,42 @@ def test_next_values_for_without_truncations():
     values = np.array([[0.0, 1.0], [2.0, 3.0]])
     out = next_values_for(values, np.array([8.0, 9.0]), np.zeros((0, 2), dtype=np.int64), np.zeros(0))
     np.testing.assert_array_equal(out, [[2.0, 3.0], [8.0, 9.0]])
+
+
+# -- one complete episode (the scheduler agent's) ---------------------------------------------
+
+def test_episode_gae_of_a_finished_episode_by_hand():
+    rewards, values = np.array([1.0, 2.0]), np.array([0.5, 1.0])
+    adv, ret = episode_gae(rewards, values, gamma=0.9, gae_lambda=0.5)
+    delta1 = 2.0 - 1.0  # last step: no value after the end
+    delta0 = 1.0 + 0.9 * 1.0 - 0.5
+    np.testing.assert_allclose(adv, [delta0 + 0.9 * 0.5 * delta1, delta1])
+    np.testing.assert_allclose(ret, adv + values)
+    assert adv.dtype == ret.dtype == np.float64 and adv.shape == (2,)
+
+
+def reference_episode_gae(rewards, values, gamma, lam):
+    """The scheduler agent's own 1-D loop before it used models/gae.py."""
+    adv = np.zeros(len(rewards), dtype=np.float64)
+    last = 0.0
+    for t in reversed(range(len(rewards))):
+        next_value = values[t + 1] if t + 1 < len(rewards) else 0.0
+        delta = rewards[t] + gamma * next_value - values[t]
+        last = delta + gamma * lam * last
+        adv[t] = last
+    return adv, adv + values
+
+
+@pytest.mark.parametrize("length", [1, 2, 7, 60])
+def test_episode_gae_is_bit_identical_to_the_one_dimensional_loop(length):
+    rng = np.random.default_rng(length)
+    rewards, values = rng.normal(size=length) * 50, rng.normal(size=length)
+    adv, ret = episode_gae(rewards, values, gamma=0.99, gae_lambda=0.95)
+    ref_adv, ref_ret = reference_episode_gae(rewards, values, 0.99, 0.95)
+    np.testing.assert_array_equal(adv, ref_adv)
+    np.testing.assert_array_equal(ret, ref_ret)
+
+
+def test_episode_gae_of_an_empty_episode():
+    adv, ret = episode_gae(np.zeros(0), np.zeros(0), gamma=0.99, gae_lambda=0.95)
+    assert adv.shape == ret.shape == (0,)

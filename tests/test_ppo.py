@@ -11,7 +11,7 @@ from torch import nn
 
 from models.config import PPOConfig
 from models.envs import env_spaces
-from models.ppo import Learner, ppo_loss
+from models.ppo import Learner, LossCoefficients, ppo_loss
 from models.rollout import RolloutBatch
 
 
@@ -39,10 +39,24 @@ def loss_inputs(ratios: list[float], values=None, returns=None, entropy=None):
     return new, old, t(ADV[:n]), values, values.clone(), returns, entropy
 
 
+def test_loss_coefficients_are_the_configs():
+    assert LossCoefficients.from_config(PPOConfig()) == LossCoefficients()
+    cfg = PPOConfig(clip_coef=0.1, vf_coef=0.25, ent_coef=0.01, norm_adv=False, clip_vloss=True)
+    assert LossCoefficients.from_config(cfg) == LossCoefficients(0.1, 0.25, 0.01, False, True)
+
+
+def test_value_clipping_needs_old_values():
+    with pytest.raises(ValueError, match="old_values"):
+        ppo_loss(*loss_inputs([1.0] * 4)[:4], None, *loss_inputs([1.0] * 4)[5:],
+                 LossCoefficients(clip_vloss=True))
+    out = ppo_loss(*loss_inputs([1.0] * 4)[:4], None, *loss_inputs([1.0] * 4)[5:], LossCoefficients())
+    assert out.value_loss.item() == 0.0
+
+
 def test_equal_logp_gives_zero_kl_and_clipfrac_and_zero_normalised_policy_loss():
     old = torch.linspace(-1.5, -0.2, 8)
     out = ppo_loss(old.clone(), old, t(ADV), t([0.0] * 8), t([0.0] * 8), t([0.0] * 8),
-                   t([0.0] * 8), PPOConfig(norm_adv=True))
+                   t([0.0] * 8), LossCoefficients(norm_adv=True))
     assert out.approx_kl.item() == 0.0
     assert out.clipfrac.item() == 0.0
     adv = np.array(ADV)
@@ -54,7 +68,7 @@ def test_equal_logp_gives_zero_kl_and_clipfrac_and_zero_normalised_policy_loss()
 def test_equal_logp_without_normalisation_gives_minus_mean_advantage():
     old = torch.linspace(-1.5, -0.2, 8)
     out = ppo_loss(old.clone(), old, t(ADV), t([0.0] * 8), t([0.0] * 8), t([0.0] * 8),
-                   t([0.0] * 8), PPOConfig(norm_adv=False))
+                   t([0.0] * 8), LossCoefficients(norm_adv=False))
     assert out.approx_kl.item() == 0.0 and out.clipfrac.item() == 0.0
     assert out.policy_loss.item() == pytest.approx(-sum(ADV) / 8, rel=1e-6)  # -0.3125
 
@@ -70,7 +84,7 @@ def test_equal_logp_without_normalisation_gives_minus_mean_advantage():
     ],
 )
 def test_clipfrac_is_the_fraction_of_ratios_outside_the_clip_range(ratios, clip, expected_clipfrac):
-    out = ppo_loss(*loss_inputs(ratios), PPOConfig(clip_coef=clip))
+    out = ppo_loss(*loss_inputs(ratios), LossCoefficients(clip_coef=clip))
     assert out.clipfrac.item() == pytest.approx(expected_clipfrac, abs=1e-7)
     r = np.array(ratios)
     assert out.approx_kl.item() == pytest.approx(np.mean((r - 1) - np.log(r)), rel=1e-4, abs=1e-7)
@@ -83,7 +97,7 @@ def test_clipped_surrogate_by_hand():
     adv = [2.0, 2.0, -1.0, -1.0]
     new, old, _, values, old_values, returns, entropy = loss_inputs(ratios)
     out = ppo_loss(new, old, t(adv), values, old_values, returns, entropy,
-                   PPOConfig(clip_coef=0.2, norm_adv=False))
+                   LossCoefficients(clip_coef=0.2, norm_adv=False))
     # max(-A r, -A clip(r, 0.8, 1.2)) per sample:
     per_sample = [max(-2.0 * 1.5, -2.0 * 1.2),   # -2.4: gain capped at 1 + eps
                   max(-2.0 * 0.5, -2.0 * 0.8),   # -1.0: the unclipped, more pessimistic term
@@ -96,7 +110,7 @@ def test_value_and_total_loss_by_hand():
     new, old, adv, _, _, _, _ = loss_inputs([1.0] * 4)
     new_values, old_values, returns = t([1.0, 2.0, 0.0, -1.0]), t([0.0, 2.5, 0.5, -1.0]), t([0.0, 0.0, 1.0, 1.0])
     entropy = t([0.5, 0.7, 0.6, 0.2])
-    cfg = PPOConfig(norm_adv=False, vf_coef=0.5, ent_coef=0.1, clip_coef=0.2)
+    cfg = LossCoefficients(norm_adv=False, vf_coef=0.5, ent_coef=0.1, clip_coef=0.2)
     out = ppo_loss(new, old, adv, new_values, old_values, returns, entropy, cfg)
     # 0.5 * mean((v - R)^2) = 0.5 * (1 + 4 + 1 + 4) / 4
     assert out.value_loss.item() == pytest.approx(1.25, rel=1e-6)
@@ -105,7 +119,7 @@ def test_value_and_total_loss_by_hand():
     assert out.loss.item() == pytest.approx(policy + 0.5 * 1.25 - 0.1 * 0.5, rel=1e-6)
 
     clipped = ppo_loss(new, old, adv, new_values, old_values, returns, entropy,
-                       PPOConfig(norm_adv=False, clip_vloss=True, clip_coef=0.2))
+                       LossCoefficients(norm_adv=False, clip_vloss=True, clip_coef=0.2))
     # clipped values: 0.2, 2.3, 0.3, -1.0 -> squared errors 0.04, 5.29, 0.49, 4
     # max with unclipped (1, 4, 1, 4) -> 1, 5.29, 1, 4
     assert clipped.value_loss.item() == pytest.approx(0.5 * (1 + 5.29 + 1 + 4) / 4, rel=1e-5)

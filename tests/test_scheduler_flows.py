@@ -19,7 +19,7 @@ TINY = {"env": "CartPole-v1", "i_max": 4, "max_rounds": 2, "fragment": 128, "loc
 
 def test_train_scheduler_resume_and_train_with_it(prefect_api_url, mlflow_uri, tmp_path, monkeypatch):
     from flows.scheduler_flows import train_scheduler
-    from models.scheduler_agent import load_scheduler
+    from models.learned_scheduler import load_scheduler
 
     ckpt_dir = str(tmp_path / "ckpt")
     first = train_scheduler(episodes=1, batch_episodes=1, tracking_uri=mlflow_uri,
@@ -86,7 +86,8 @@ def _logged_scheduler(mlflow_uri, tmp_path):
     """A scheduler checkpoint logged the way train-scheduler logs it, in a non-default store."""
     from flows.scheduler_flows import ARTIFACT_DIR, ARTIFACT_NAME
     from flows.tracking import RunTracker
-    from models.scheduler_agent import SchedulerAgent, save_scheduler
+    from models.learned_scheduler import save_scheduler
+    from models.scheduler_agent import SchedulerAgent
 
     agent = SchedulerAgent(4, seed=3)
     path = save_scheduler(tmp_path / "made" / ARTIFACT_NAME, agent)
@@ -103,7 +104,7 @@ def test_learned_runs_uri_comes_from_trains_tracking_uri(mlflow_uri, tmp_path, m
     (never MLFLOW_TRACKING_URI), then build the scheduler from the local copy."""
     from flows.train import localise_scheduler_spec
     from models.config import ConfigError
-    from models.scheduler_agent import LearnedScheduler, parse_learned_spec
+    from models.learned_scheduler import LearnedScheduler, parse_learned_spec
     from models.schedulers import RoundState, make_scheduler
 
     agent, uri = _logged_scheduler(mlflow_uri, tmp_path)
@@ -115,15 +116,16 @@ def test_learned_runs_uri_comes_from_trains_tracking_uri(mlflow_uri, tmp_path, m
     dest = tmp_path / "downloads"
 
     spec = localise_scheduler_spec(f"learned:{uri}:sample", mlflow_uri, dest)
-    ref, mode = parse_learned_spec(spec)
-    assert mode == "sample" and Path(ref).is_file() and dest in Path(ref).parents
+    learned = parse_learned_spec(spec)
+    ref = learned.ref
+    assert learned.mode == "sample" and Path(ref).is_file() and dest in Path(ref).parents
     sched = make_scheduler(spec, 4, 10, 475.0, budget_usd=0.05, seed=1)
     assert isinstance(sched, LearnedScheduler) and sched.mode == "sample"
     for key, value in agent.policy.state_dict().items():
         assert torch.equal(sched.agent.policy.state_dict()[key], value), key
     assert 1 <= sched.choose(RoundState(0, 0.0, math.nan, 0.0, 0.0, 0.0, 0.05)) <= 4
     greedy = localise_scheduler_spec(f"learned:{uri}", mlflow_uri, dest)
-    assert parse_learned_spec(greedy)[1] == "greedy" and greedy != spec  # a fresh copy each run
+    assert parse_learned_spec(greedy).mode == "greedy" and greedy != spec  # a fresh copy each run
 
     # The store matters: the run is not in another one, and the error names the store asked.
     with pytest.raises(ConfigError, match="elsewhere.db"):

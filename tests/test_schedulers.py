@@ -1,4 +1,4 @@
-"""The baseline schedulers of SPEC §5 and the spec parser."""
+"""The heuristic schedulers (models/schedulers.py), make_scheduler's spec parsing, and the models/ import graph."""
 
 from __future__ import annotations
 
@@ -218,3 +218,33 @@ def test_make_scheduler_errors(spec, match):
 def test_make_scheduler_adapt_needs_positive_target():
     with pytest.raises(ConfigError, match="target_return"):
         make_scheduler("adapt", 32, 40, 0.0)
+
+
+def test_models_have_no_import_cycle():
+    """Every `models.*` import, at any depth of a module: the graph must be acyclic."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "models"
+    graph = {}
+    for path in root.glob("*.py"):
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            deps |= {n.split(".")[1] for n in names if n.startswith("models.")}
+        graph[path.stem] = deps - {path.stem}
+    done, stack = set(), []
+
+    def visit(name):
+        assert name not in stack, f"import cycle: {' -> '.join([*stack[stack.index(name):], name])}"
+        if name in done or name not in graph:
+            return
+        stack.append(name)
+        for dep in sorted(graph[name]):
+            visit(dep)
+        stack.pop()
+        done.add(name)
+
+    for name in sorted(graph):
+        visit(name)

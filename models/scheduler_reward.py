@@ -1,0 +1,60 @@
+"""The learned scheduler's reward: r_k = -beta * P_k, plus (max_k R_k - J) at the last decision
+when the run missed its target J or ran out of budget.
+
+Pure numpy. The flows (flows/scheduler_flows.py) compute an episode's rewards from the `train`
+summary with `rewards_from_summary` and hand them to the agent (models/scheduler_agent.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from models.config import ConfigError
+from models.session import STOP_BUDGET, RunSummary
+
+
+def terminal_penalty(best_return: float, target_return: float) -> float:
+    """max_k R_k - J. With no finished episode at all (best is NaN or -inf) the return is taken
+    as 0, i.e. -|J|."""
+    best = float(best_return)
+    return best - target_return if math.isfinite(best) else -abs(target_return)
+
+
+def episode_rewards(round_times: Sequence[float], decisions: int, *, target_reached: bool,
+                    budget_spent: bool, best_return: float, target_return: float,
+                    beta: float = 0.1) -> np.ndarray:
+    """Per-decision rewards of one scheduler episode.
+
+    r_k = -beta * P_k for every round that ran. A decision whose round was never started (the
+    budget check refused it: then decisions == len(round_times) + 1) earns 0 for time. The last
+    decision also gets (max_k R_k - J) when J was not reached or the budget ran out.
+    """
+    if not 0 < beta < 1:
+        raise ConfigError(f"beta must be in (0, 1), got {beta}")
+    if decisions not in (len(round_times), len(round_times) + 1):
+        raise ValueError(f"{decisions} decisions cannot match {len(round_times)} rounds")
+    rewards = np.zeros(decisions, dtype=np.float64)
+    for k, p in enumerate(round_times):
+        rewards[k] = -beta * float(p)
+    if decisions and (not target_reached or budget_spent):
+        rewards[-1] += terminal_penalty(best_return, target_return)
+    return rewards
+
+
+def rewards_from_summary(summary: RunSummary, beta: float = 0.1) -> np.ndarray:
+    """The rewards of one episode from a `train` summary whose scheduler was learned.
+
+    Uses the summary's per-round history (time/round_s = P_k), stop reason, best return, and
+    the scheduler trace (its decisions and the run's J).
+    """
+    trace = summary.scheduler_trace
+    if not trace or "steps" not in trace:
+        raise ValueError("the run's summary has no learned-scheduler trace")
+    return episode_rewards([h.round_s for h in summary.history], len(trace["steps"]),
+                           target_reached=summary.target_reached,
+                           budget_spent=summary.stop_reason == STOP_BUDGET,
+                           best_return=summary.best_return,
+                           target_return=trace["target_return"], beta=beta)

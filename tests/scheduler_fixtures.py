@@ -1,0 +1,92 @@
+"""A training run in miniature for the learned scheduler's tests (no Prefect, no environment)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from models.learned_scheduler import LearnedScheduler
+from models.scheduler_agent import Episode, SchedulerAgent
+from models.scheduler_features import RoundState, StateNormaliser
+from models.scheduler_reward import episode_rewards
+
+
+@dataclass(frozen=True)
+class SyntheticRounds:
+    """A training run in miniature, with the shape the scheduler has to trade off.
+
+    A round with I actors takes P(I) = a + b / I (the learner's a, then the fragment's b seconds
+    of sampling split over I actors) and costs I * s + b (every actor is billed its start-up s
+    plus its share of the sampling): more actors shorten rounds and cost more. Every round does
+    one unit of work, so the mean return after round k is J * (k + 1) / work and J is reached
+    after `work` rounds. Like the train flow, a round whose cost exceeds the budget left is not
+    started and the run ends with stop reason budget_spent.
+    """
+
+    a: float = 1.0
+    b: float = 12.0
+    s: float = 1.0
+    work: int = 6
+    target: float = 100.0
+    budget: float = 90.5
+    max_rounds: int = 10
+
+    def run(self, scheduler: LearnedScheduler) -> dict:
+        left, ret, best = self.budget, math.nan, -math.inf
+        learner_s = actor_s = 0.0
+        times: list[float] = []
+        reached = spent = False
+        for k in range(self.max_rounds):
+            actors = scheduler.choose(RoundState(k, 0.1, ret, 0.01, learner_s, actor_s, left))
+            cost = self.s * actors + self.b
+            if cost > left + 1e-9:
+                spent = True
+                break
+            left -= cost
+            times.append(self.a + self.b / actors)
+            learner_s, actor_s = self.a, self.s + self.b / actors
+            ret = self.target * (k + 1) / self.work
+            best = max(best, ret)
+            if k + 1 >= self.work:
+                reached = True
+                break
+        return {"round_times": times, "decisions": len(scheduler.trace()["steps"]),
+                "target_reached": reached, "budget_spent": spent, "best_return": best}
+
+    def rewards(self, outcome: dict, beta: float = 0.1) -> np.ndarray:
+        return episode_rewards(outcome["round_times"], outcome["decisions"],
+                               target_reached=outcome["target_reached"],
+                               budget_spent=outcome["budget_spent"],
+                               best_return=outcome["best_return"], target_return=self.target, beta=beta)
+
+    def normaliser(self) -> StateNormaliser:
+        return StateNormaliser(self.target, self.max_rounds, self.budget)
+
+
+def train_on(model: SyntheticRounds, episodes: int, seed: int, batch: int = 8) -> SchedulerAgent:
+    agent = SchedulerAgent(4, seed=seed)
+    scheduler = LearnedScheduler(agent, model.normaliser(), mode="sample", seed=seed)
+    pending = []
+    for _ in range(episodes):
+        scheduler.reset()
+        outcome = model.run(scheduler)
+        pending.append(Episode.from_trace(scheduler.trace(), model.rewards(outcome)))
+        if len(pending) == batch:
+            agent.update(pending)
+            pending = []
+    return agent
+
+
+def greedy_schedule(agent: SchedulerAgent, model: SyntheticRounds) -> tuple[list[int], dict]:
+    scheduler = LearnedScheduler(agent, model.normaliser(), mode="greedy")
+    outcome = model.run(scheduler)
+    return [s["actors"] for s in scheduler.trace()["steps"]], outcome
+
+
+def some_states(n: int = 12) -> list[RoundState]:
+    rng = np.random.default_rng(0)
+    return [RoundState(k, float(rng.normal()), float(rng.uniform(0, 500)), float(rng.uniform(0, .05)),
+                       float(rng.uniform(.05, 1)), float(rng.uniform(.05, 1)), float(rng.uniform(0, .05)))
+            for k in range(n)]

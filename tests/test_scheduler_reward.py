@@ -1,0 +1,65 @@
+"""The learned scheduler's reward (models/scheduler_reward.py), against hand-computed values."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from models.config import ConfigError
+from models.scheduler_reward import episode_rewards, rewards_from_summary, terminal_penalty
+from models.session import STOP_BUDGET
+
+REWARD_TABLE = [
+    # (round times, decisions, reached, budget spent, best return, J, beta, expected rewards)
+    ([1.0, 2.0, 3.0], 3, True, False, 480.0, 475.0, 0.1, [-0.1, -0.2, -0.3]),
+    ([1.0, 1.0], 2, False, False, 400.0, 475.0, 0.1, [-0.1, -0.1 - 75.0]),        # K rounds, J missed
+    ([2.0, 2.0], 3, False, True, 300.0, 475.0, 0.1, [-0.2, -0.2, -175.0]),        # 3rd round refused
+    ([2.0, 2.0], 2, False, True, 300.0, 475.0, 0.5, [-1.0, -1.0 - 175.0]),        # beta 0.5
+    ([1.0], 1, False, False, math.nan, 475.0, 0.1, [-0.1 - 475.0]),               # no episode finished
+    ([], 1, False, True, -math.inf, 475.0, 0.1, [-475.0]),                        # refused at once
+    ([4.0, 4.0], 2, False, False, -300.0, -100.0, 0.1, [-0.4, -0.4 - 200.0]),     # negative returns
+]
+
+
+@pytest.mark.parametrize(("times", "decisions", "reached", "spent", "best", "target", "beta", "expected"),
+                         REWARD_TABLE)
+def test_episode_rewards(times, decisions, reached, spent, best, target, beta, expected):
+    rewards = episode_rewards(times, decisions, target_reached=reached, budget_spent=spent,
+                              best_return=best, target_return=target, beta=beta)
+    np.testing.assert_allclose(rewards, expected, rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize(("best", "target", "expected"), [
+    (400.0, 475.0, -75.0), (0.0, 475.0, -475.0), (math.nan, 475.0, -475.0),
+    (-math.inf, 475.0, -475.0), (-150.0, -100.0, -50.0)])
+def test_terminal_penalty(best, target, expected):
+    assert terminal_penalty(best, target) == pytest.approx(expected)
+
+
+def test_reward_rejects_bad_input():
+    with pytest.raises(ConfigError, match="beta"):
+        episode_rewards([1.0], 1, target_reached=True, budget_spent=False, best_return=1.0,
+                        target_return=1.0, beta=1.5)
+    with pytest.raises(ValueError, match="decisions"):
+        episode_rewards([1.0, 1.0, 1.0], 1, target_reached=True, budget_spent=False,
+                        best_return=1.0, target_return=1.0)
+
+
+def test_rewards_from_summary():
+    import dataclasses
+
+    from models.session import RoundRecord, RunSummary
+
+    rounds = tuple(RoundRecord(round_index=k, actors=2, mean_return=300.0, env_steps=8, round_s=t,
+                               wall_s=t, learner_s=0.1, actor_mean_s=0.1, cost_usd=0.0, loss=0.0,
+                               policy_kl=0.0) for k, t in enumerate((1.0, 2.0)))
+    summary = RunSummary(run_id=None, env_id="CartPole-v1", scheduler="learned", seed=0,
+                         stop_reason=STOP_BUDGET, rounds=2, final_return=300.0, best_return=300.0,
+                         env_steps=16, cost_usd=0.0, server_cluster_cost_usd=0.0, time_to_stop_s=3.0,
+                         wall_time_s=3.0, history=rounds,
+                         scheduler_trace={"steps": [{}, {}, {}], "target_return": 475.0})
+    np.testing.assert_allclose(rewards_from_summary(summary), [-0.1, -0.2, -175.0], rtol=0, atol=1e-9)
+    with pytest.raises(ValueError, match="trace"):
+        rewards_from_summary(dataclasses.replace(summary, scheduler_trace=None))
