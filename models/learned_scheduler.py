@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 import torch
 
 from models.config import ConfigError
-from models.normalization import RunningMeanStd
+from models.normalization import Moments, RunningMeanStd
 from models.scheduler_agent import AgentConfig, SchedulerAgent
 from models.scheduler_features import FEATURES, NormaliserConfig, RoundState, StateNormaliser
 
@@ -141,7 +141,7 @@ class LearnedScheduler:
         self.generator.set_state(state["rng"])
         self.agent.policy.load_state_dict(state["policy"])
         self.agent.value.load_state_dict(state["value"])
-        self.agent.scale = RunningMeanStd.from_state_dict(state["scale"])
+        self.agent.scale = RunningMeanStd.from_moments(Moments.from_state(state["scale"]))
 
 
 # -- 3. checkpoints --------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from models.action_heads import CategoricalHead
 from models.config import ConfigError
 from models.gae import episode_gae
 from models.networks import mlp
-from models.normalization import RunningMeanStd
+from models.normalization import Moments, RunningMeanStd
 from models.ppo import LossCoefficients, ppo_loss
 from models.scheduler_features import FEATURES
 
@@ -235,7 +235,7 @@ class SchedulerAgent:
                 "updates": self.updates, "episodes_seen": self.episodes_seen}
 
     def scale_state(self) -> dict[str, float]:
-        """The value-target statistics as plain floats (RunningMeanStd.from_state_dict reads them)."""
+        """The value-target statistics as plain floats (JSON and weights_only safe)."""
         scale = self.scale
         return {"count": float(scale.count), "mean": float(scale.mean), "var": float(scale.var)}
 
@@ -244,6 +244,6 @@ class SchedulerAgent:
         self.value.load_state_dict(state["value"])
         if state.get("optimizer") is not None:
             self.optimizer.load_state_dict(state["optimizer"])
-        self.scale = RunningMeanStd.from_state_dict(state["scale"])
+        self.scale = RunningMeanStd.from_moments(Moments.from_state(state["scale"]))
         self.updates = int(state["updates"])
         self.episodes_seen = int(state["episodes_seen"])

@@ -99,3 +99,18 @@ def test_resume_continues_with_the_same_totals_and_history(tmp_path):
     for a, b in zip(resumed.learner.state_dict()["policy"].values(),
                     s.learner.state_dict()["policy"].values(), strict=True):
         assert a.equal(b)
+
+
+@pytest.mark.parametrize("scheduler", ["fixed:2", "adapt", "increase:2", "learned:cartpole:sample"])
+def test_every_scheduler_state_survives_a_weights_only_checkpoint(tmp_path, scheduler):
+    from models.checkpoint import load_run_checkpoint
+
+    s = session(scheduler=scheduler, seed=1)
+    s.scheduler.choose(s.state())
+    finish_round(s, [10.0])
+    s.scheduler.choose(s.state())
+    s.save(tmp_path / "latest.pt")
+    resumed = session(scheduler=scheduler, seed=1)
+    resumed.load(load_run_checkpoint(tmp_path / "latest.pt"))
+    assert [resumed.scheduler.choose(resumed.state()) for _ in range(3)] == \
+        [s.scheduler.choose(s.state()) for _ in range(3)]
