@@ -101,7 +101,7 @@ def test_resume_continues_with_the_same_totals_and_history(tmp_path):
         assert a.equal(b)
 
 
-@pytest.mark.parametrize("scheduler", ["fixed:2", "adapt", "increase:2", "learned:cartpole:sample"])
+@pytest.mark.parametrize("scheduler", ["fixed:2", "adapt", "increase:2:1:20", "learned:cartpole:sample"])
 def test_every_scheduler_state_survives_a_weights_only_checkpoint(tmp_path, scheduler):
     from models.checkpoint import load_run_checkpoint
 
