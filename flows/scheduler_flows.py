@@ -1,7 +1,7 @@
 """Training the learned actor scheduler: the `train-scheduler` and `finetune-scheduler` flows.
 
 One scheduler episode is one complete `train` run of the workload with the learned scheduler
-sampling its actor counts (SPEC §4). Per batch of episodes:
+sampling its actor counts (models/scheduler_agent.py). Per batch of episodes:
 
 1. write the scheduler checkpoint to a file (the episodes load it: 'learned:<file>:sample');
 2. run the batch's episodes, `concurrency` at a time, each a nested `train` flow run and a

@@ -1,4 +1,4 @@
-"""Per-round time, cost and return figures from actors' own timings (SPEC §3).
+"""Per-round time, cost and return figures from actors' own timings (models/timings.py).
 
 Two round times are kept apart and labelled:
 - time/round_s (P_k): learner time plus the slowest actor's own duration, i.e. the round as it

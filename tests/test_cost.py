@@ -1,4 +1,4 @@
-"""The cost model (SPEC §3) against the published prices, and price-file handling."""
+"""The cost model against the published prices, and price-file handling."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from models.cost import (
     server_cluster_cost,
 )
 
-# Published hourly prices (SPEC §3) and the packaged resources (models/data/prices.toml):
+# Published hourly prices (models/data/prices.toml) and the packaged resources (models/data/prices.toml):
 #   actor   = 1 vCPU + 1 GB          -> 0.0405 + 0.00445                 = 0.04495 $/h
 #   learner = 4 vCPU + 16 GB + 1 V100 -> 4*0.0405 + 16*0.00445 + 3.06     = 3.2932  $/h
 #   server  = NC6s_v3 + 4 x E16-8s_v5 = 7.092 $/h, 300 s start-up billed
@@ -28,8 +28,8 @@ def prices() -> PriceTable:
 
 
 def test_packaged_table_converts_hourly_prices_to_per_second(prices):
-    assert prices.vcpu_s == pytest.approx(1.125e-5, rel=1e-12)   # SPEC: $1.125e-5 per vCPU-second
-    assert prices.memory_gb_s == pytest.approx(1.236e-6, rel=1e-3)  # SPEC: $1.236e-6 per GB-second
+    assert prices.vcpu_s == pytest.approx(1.125e-5, rel=1e-12)   # $1.125e-5 per vCPU-second
+    assert prices.memory_gb_s == pytest.approx(1.236e-6, rel=1e-3)  # $1.236e-6 per GB-second
     assert prices.gpu_s == pytest.approx(3.06 / 3600, rel=1e-12)
     assert prices.actor == Resources(vcpu=1.0, memory_gb=1.0, gpu=0)
     assert prices.learner == Resources(vcpu=4.0, memory_gb=16.0, gpu=1)

@@ -1,4 +1,4 @@
-"""Pure logic never imports Prefect (STYLE.md: tested fast and directly; tasks/flows are adapters)."""
+"""Pure logic never imports Prefect: models/ is tested fast and directly; tasks/ and flows/ are adapters."""
 
 from __future__ import annotations
 
