@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import math
 import os
 import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from mlflow.entities import Metric, Param
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
+
+from models.errors import ConfigError
+
+REACH_TIMEOUT_S = 5.0
 
 
 def project_root() -> Path:
@@ -49,11 +59,56 @@ class RunTracker:
         self.run_id: str | None = None
         self.experiment_id: str | None = None
 
+    def check_reachable(self) -> None:
+        """Fail in seconds, naming the store, before anything is started: a SQLite store's folder
+        must be writable, an HTTP tracking server must answer its /health."""
+        uri = self.tracking_uri
+        if uri.startswith("sqlite:///"):
+            folder = Path(uri.removeprefix("sqlite:///")).parent
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise ConfigError(f"MLflow store {uri}: cannot create its folder ({exc})") from None
+            if not os.access(folder, os.W_OK):
+                raise ConfigError(f"MLflow store {uri}: its folder {folder} is not writable")
+        elif uri.startswith(("http://", "https://")):
+            try:
+                with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=REACH_TIMEOUT_S) as reply:
+                    reply.read()
+            except (urllib.error.URLError, OSError) as exc:
+                raise ConfigError(f"MLflow tracking server {uri} is unreachable: {exc}") from None
+
     def open(self) -> None:
-        """Connect to the store (slow the first time in a process: imports and migrations)."""
+        """Connect to the store (slow the first time in a process: imports and migrations).
+
+        A new SQLite store is created under a file lock: several trainings started at once on
+        one new store would otherwise race to create its schema, and all but one fail."""
         if self._client is None:
-            self._client = MlflowClient(self.tracking_uri)
-            self._client.search_experiments(max_results=1)
+            with self._store_lock():
+                client = MlflowClient(self.tracking_uri)
+                client.search_experiments(max_results=1)
+            self._client = client
+
+    def require_run(self, run_id: str) -> None:
+        """The run a resume continues must exist in this store (checked before actors start)."""
+        try:
+            self.client.get_run(run_id)
+        except MlflowException as exc:
+            raise ConfigError(f"MLflow run {run_id} not found in {self.tracking_uri}: resume against the "
+                              f"store the run was made in ({str(exc)[:200]})") from None
+
+    @contextlib.contextmanager
+    def _store_lock(self) -> Iterator[None]:
+        if not self.tracking_uri.startswith("sqlite:///"):
+            yield
+            return
+        lock_path = self.tracking_uri.removeprefix("sqlite:///") + ".lock"
+        with open(lock_path, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
 
     @property
     def client(self) -> MlflowClient:
@@ -68,16 +123,17 @@ class RunTracker:
             self.experiment_id = self.client.get_run(run_id).info.experiment_id
             self.client.update_run(run_id, status="RUNNING")
             return run_id
-        found = self.client.get_experiment_by_name(experiment)
-        if found is None:
-            location = None
-            if self.tracking_uri.startswith("sqlite:///"):
-                # Keep artifacts beside the store, not in whatever the working directory is.
-                store_dir = Path(self.tracking_uri.removeprefix("sqlite:///")).parent
-                location = (store_dir / "artifacts").as_uri()
-            self.experiment_id = self.client.create_experiment(experiment, artifact_location=location)
-        else:
-            self.experiment_id = found.experiment_id
+        with self._store_lock():  # two runs creating one experiment at once: one creates it
+            found = self.client.get_experiment_by_name(experiment)
+            if found is None:
+                location = None
+                if self.tracking_uri.startswith("sqlite:///"):
+                    # Keep artifacts beside the store, not in whatever the working directory is.
+                    store_dir = Path(self.tracking_uri.removeprefix("sqlite:///")).parent
+                    location = (store_dir / "artifacts").as_uri()
+                self.experiment_id = self.client.create_experiment(experiment, artifact_location=location)
+            else:
+                self.experiment_id = found.experiment_id
         run = self.client.create_run(self.experiment_id, run_name=run_name, tags=tags or {})
         self.run_id = run.info.run_id
         flat = flatten(params)
@@ -99,9 +155,13 @@ class RunTracker:
         for key, value in tags.items():
             self.client.set_tag(self.run_id, key, value)
 
-    def finish(self, status: str = "FINISHED") -> None:
-        if self.run_id is not None:
-            self.client.set_terminated(self.run_id, status=status)
+    def finish(self, status: str = "FINISHED", failure: BaseException | None = None) -> None:
+        """End the run; a failed run carries its reason in the tag minionsrl.failure."""
+        if self.run_id is None:
+            return
+        if failure is not None:
+            self.client.set_tag(self.run_id, "minionsrl.failure", f"{type(failure).__name__}: {failure}"[:5000])
+        self.client.set_terminated(self.run_id, status=status)
 
     def run_url_hint(self) -> str:
         return (f"mlflow ui --backend-store-uri {self.tracking_uri} --host 127.0.0.1 "

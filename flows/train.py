@@ -199,10 +199,13 @@ def train(
     cfg = setup.config
     logger = get_run_logger()
     tracker = RunTracker(cfg.tracking_uri)
+    tracker.check_reachable()  # fail in seconds, before any actor starts
+    if setup.checkpoint is not None:
+        tracker.require_run(setup.checkpoint.progress["run_id"])
     # Start-up in parallel: actor processes spawn while MLflow opens its store (a thread) and
     # the learner is built here; measured ~4 s + 2.6 s + 2.5 s one after the other.
     actor_backend = make_backend(cfg.backend, cfg.env_id)
-    status = "FAILED"
+    status, failure = "FAILED", None
     try:
         with ThreadPoolExecutor(1) as opener:
             opening = opener.submit(tracker.open)
@@ -210,52 +213,9 @@ def train(
                 session = TrainingSession(cfg)
             finally:
                 opening.result()
-    except BaseException:
-        actor_backend.close()
-        raise
-    if setup.checkpoint is not None:
-        session.load(setup.checkpoint)
-        tracker.start("", "", {}, run_id=session.run_id)
-        if setup.changes:
-            tracker.set_tags({"minionsrl.resume_changes": json.dumps(setup.changes, default=str)})
-        logger.info("resuming run %s at round %d", session.run_id, session.round_index)
-    else:
-        run_name = f"{cfg.env_id}__{session.scheduler.name}__{cfg.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
-        tags = {"minionsrl.scheduler": session.scheduler.name, "minionsrl.backend": cfg.backend.name}
-        if cfg.parent_run_id:
-            tags["mlflow.parentRunId"] = cfg.parent_run_id
-        if setup.scheduler_source:  # the MLflow URI the local copy came from
-            tags["minionsrl.scheduler_source"] = setup.scheduler_source
-        session.progress.run_id = tracker.start(cfg.experiment, run_name, params=cfg.to_dict(), tags=tags)
-    ckpt_path = Path(resume).resolve() if resume else Path(cfg.checkpoint_dir) / session.run_id / "latest.pt"
-    try:
-        run_round = round_flow(session, actor_backend)
-        # Round subflows skip heartbeats: each costs up to 1 s at flow exit (the heartbeat
-        # thread sleeps in 1 s steps before join). The parent `train` run keeps its own.
-        with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
-            while session.stop_reason is None:
-                k = session.round_index
-                actors = schedule(session.scheduler, session.state())
-                if not session.admit_round(actors):
-                    logger.info("round %d not started: its estimated cost exceeds the $%.6f left",
-                                k, session.budget_left_usd)
-                    break
-                started = time.perf_counter()
-                try:
-                    batches, failed_billed_s, stats = run_round(round_index=k, actors=actors)
-                except RoundFailedError as exc:  # the failures still count, in MLflow too
-                    tracker.log_metrics({"rollout/actor_failures": float(exc.failed),
-                                         "rollout/batches": float(exc.returned)}, step=k)
-                    raise
-                metrics = session.record(batches, stats, time.perf_counter() - started,
-                                         failed_billed_s)
-                if cfg.eval_every and (session.round_index % cfg.eval_every == 0 or session.stop_reason):
-                    metrics.update(evaluate(session, cfg.eval_episodes))
-                tracker.log_metrics(metrics, step=k)
-                session.save(ckpt_path)
-                logger.info("round %d: %d actors, return %.1f, P_k %.2fs, wall %.2fs, $%.6f",
-                            k, actors, metrics["rollout/ep_return_mean"], metrics["time/round_s"],
-                            metrics["time/round_wall_s"], metrics["cost/round_usd"])
+        start_tracking(session, tracker, setup)
+        ckpt_path = Path(resume).resolve() if resume else Path(cfg.checkpoint_dir) / session.run_id / "latest.pt"
+        run_rounds(session, actor_backend, tracker, ckpt_path, logger)
         final = session.save_policy(ckpt_path.with_name("final_policy.pt"))
         tracker.log_artifact(final, "policy")
         summary = session.summary(tracking_uri=tracker.tracking_uri, checkpoint=str(ckpt_path))
@@ -269,9 +229,71 @@ def train(
         logger.info("stopped: %s after %d rounds; MLflow run %s in %s", session.stop_reason,
                     session.round_index, session.run_id, tracker.tracking_uri)
         return summary
+    except BaseException as exc:
+        failure = exc
+        raise
     finally:
         actor_backend.close()
-        tracker.finish(status)
+        tracker.finish(status, failure)
+
+
+def start_tracking(session: TrainingSession, tracker: RunTracker, setup: RunSetup) -> None:
+    """A new MLflow run with the configuration as params, or the resumed run reopened."""
+    cfg = session.cfg
+    if setup.checkpoint is not None:
+        session.load(setup.checkpoint)
+        tracker.start("", "", {}, run_id=session.run_id)
+        if setup.changes:
+            tracker.set_tags({"minionsrl.resume_changes": json.dumps(setup.changes, default=str)})
+        get_run_logger().info("resuming run %s at round %d", session.run_id, session.round_index)
+        return
+    run_name = f"{cfg.env_id}__{session.scheduler.name}__{cfg.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
+    tags = {"minionsrl.scheduler": session.scheduler.name, "minionsrl.backend": cfg.backend.name}
+    if cfg.parent_run_id:
+        tags["mlflow.parentRunId"] = cfg.parent_run_id
+    if setup.scheduler_source:  # the MLflow URI the local copy came from
+        tags["minionsrl.scheduler_source"] = setup.scheduler_source
+    session.progress.run_id = tracker.start(cfg.experiment, run_name, params=cfg.to_dict(), tags=tags)
+
+
+def run_rounds(session: TrainingSession, backend: ActorBackend, tracker: RunTracker, ckpt_path: Path,
+               logger) -> None:
+    """The round loop: schedule, admit (budget), run the round subflow, record, log, checkpoint."""
+    cfg = session.cfg
+    run_round = round_flow(session, backend)
+    warned_no_episodes = False
+    # Round subflows skip heartbeats: each costs up to 1 s at flow exit (the heartbeat
+    # thread sleeps in 1 s steps before join). The parent `train` run keeps its own.
+    with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+        while session.stop_reason is None:
+            k = session.round_index
+            actors = schedule(session.scheduler, session.state())
+            if not session.admit_round(actors):
+                logger.info("round %d not started: its estimated cost exceeds the $%.6f left",
+                            k, session.budget_left_usd)
+                break
+            started = time.perf_counter()
+            try:
+                batches, failed_billed_s, stats = run_round(round_index=k, actors=actors)
+            except RoundFailedError as exc:  # the failures still count, in MLflow too
+                tracker.log_metrics({"rollout/actor_failures": float(exc.failed),
+                                     "rollout/batches": float(exc.returned)}, step=k)
+                raise
+            metrics = session.record(batches, stats, time.perf_counter() - started, failed_billed_s)
+            if cfg.eval_every and (session.round_index % cfg.eval_every == 0 or session.stop_reason):
+                metrics.update(evaluate(session, cfg.eval_episodes))
+            tracker.log_metrics(metrics, step=k)
+            session.save(ckpt_path)
+            logger.info("round %d: %d actors, return %.1f, P_k %.2fs, wall %.2fs, $%.6f",
+                        k, actors, metrics["rollout/ep_return_mean"], metrics["time/round_s"],
+                        metrics["time/round_wall_s"], metrics["cost/round_usd"])
+            if metrics["rollout/episodes"] == 0 and not cfg.eval_every and not warned_no_episodes:
+                warned_no_episodes = True
+                message = (f"round {k}: no episode of {cfg.env_id} ended inside a {cfg.fragment}-step "
+                           "fragment, so R_k is undefined and J can never be reached; use eval_every "
+                           "to evaluate whole episodes (or a longer fragment)")
+                logger.warning(message)
+                tracker.set_tags({"minionsrl.warning": message})
 
 
 @dataclass(frozen=True)
@@ -323,6 +345,12 @@ def main(argv: list[str] | None = None) -> int:
     args = vars(parser.parse_args(argv))
     seeds = args.pop("seeds") or [args.pop("seed")]
     args.pop("seed", None)
+    try:  # bad input: one line, before the temporary API or any actor starts
+        for seed in seeds:
+            prepare_run(given_arguments({**args, "seed": seed}, exclude=("resume",)), args["resume"])
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     summaries = []
     with prefect_api(while_starting=warm_up):
         for seed in seeds:

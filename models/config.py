@@ -217,10 +217,10 @@ class RunConfig:
     """MLflow run this run is nested under (sweeps, scheduler training)."""
 
     # What a resumed run may change (recorded as a tag): where and how long it runs, never
-    # what it learns.
+    # what it learns. tracking_uri: a store moved elsewhere (the run must exist there).
     RESUMABLE_CHANGES: ClassVar[frozenset[str]] = frozenset({
         "max_rounds", "budget_usd", "backend", "actor_timeout_s", "actor_retries", "quorum",
-        "eval_every", "eval_episodes", "learner_device"})
+        "eval_every", "eval_episodes", "learner_device", "tracking_uri", "checkpoint_dir"})
 
     def validate(self) -> None:
         _check(math.isfinite(self.target_return), "target_return must be a finite number")

@@ -10,6 +10,7 @@ import torch
 
 from models.config import PPOConfig
 from models.envs import EnvSpaces
+from models.errors import NonFiniteError
 from models.gae import compute_gae, next_values_for
 from models.normalization import Moments, NormStats, RunningMeanStd, merge_base_and_deltas
 from models.policy import ActorCritic, weights_to_bytes
@@ -149,6 +150,12 @@ class Learner:
         Each actor's columns bootstrap from its own last observation, and truncated
         episodes from their own final observation.
         """
+        for b in batches:  # NaN in, NaN weights out: stop before anything is learned from them
+            for name, values in (("rewards", b.rewards), ("observations", b.obs), ("final observations", b.trunc_obs),
+                                 ("last observations", b.last_obs)):
+                if values.dtype != np.uint8 and not np.isfinite(values).all():
+                    raise NonFiniteError(f"actor {b.actor_index} returned non-finite {name} "
+                                         f"({int((~np.isfinite(values)).sum())} values): the env produced NaN or inf")
         steps = {b.rewards.shape[0] for b in batches}
         if len(steps) != 1:
             raise ValueError(f"fragments of different lengths cannot be merged: {sorted(steps)}")
@@ -223,9 +230,15 @@ class Learner:
                 new_logp, entropy, new_values = self.policy.evaluate(data.obs[idx], data.actions[idx])
                 out = ppo_loss(new_logp, data.logp[idx], data.advantages[idx], new_values,
                                data.values[idx], data.returns[idx], entropy, coefficients)
+                if not torch.isfinite(out.loss):
+                    raise NonFiniteError(f"round {round_index}: the PPO loss is {float(out.loss)} at "
+                                         f"gradient step {steps}; no weights were changed by it")
                 self.optimizer.zero_grad(set_to_none=True)
                 out.loss.backward()
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
+                if not torch.isfinite(grad_norm):
+                    raise NonFiniteError(f"round {round_index}: the gradient norm is {float(grad_norm)} at "
+                                         f"gradient step {steps}; no weights were changed by it")
                 self.optimizer.step()
                 for key in ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac"):
                     sums[key] += float(getattr(out, key).detach())

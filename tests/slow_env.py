@@ -90,3 +90,26 @@ for _name, _fault in (("KillOneCartPole-v0", "kill"), ("HangOneCartPole-v0", "ha
     if _name not in registry:
         register(_name, entry_point=FaultyCartPole, kwargs={"fault": _fault},
                  max_episode_steps=500)
+
+
+class NaNRewardCartPole(CartPoleEnv):
+    """CartPole whose rewards are NaN in every env reset with a seed >= nan_from_seed: with run
+    seed 0 and i_max 32, the actors of round 0 are sane and those of later rounds are not."""
+
+    def __init__(self, nan_from_seed: int = 32, **kwargs):
+        super().__init__(**kwargs)
+        self.nan_from_seed, self._nan = nan_from_seed, False
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None:
+            self._nan = seed >= self.nan_from_seed
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, float("nan") if self._nan else reward, terminated, truncated, info
+
+
+NAN_AFTER_ROUND_0 = "tests.slow_env:NaNRewardCartPole-v0"
+if "NaNRewardCartPole-v0" not in registry:
+    register("NaNRewardCartPole-v0", entry_point=NaNRewardCartPole, max_episode_steps=500)

@@ -271,3 +271,23 @@ def test_prepare_with_constant_critic(spaces):
     np.testing.assert_allclose(data.values.numpy(), [2.0, 2.0])
     np.testing.assert_allclose(data.advantages.numpy(), [-0.64, -2.0], rtol=1e-6)
     np.testing.assert_allclose(data.returns.numpy(), [1.36, 0.0], atol=1e-6)
+
+
+def test_non_finite_input_or_loss_stops_the_update_before_a_step():
+    import dataclasses
+
+    from models.errors import NonFiniteError
+    from models.rollout import ActorJob, run_actor
+
+    learner = Learner(env_spaces("CartPole-v1"), PPOConfig(minibatch_size=32, update_epochs=1), seed=0)
+    job = ActorJob("CartPole-v1", 0, 3, 7, 64, 1, learner.cfg.hidden, learner.weights())
+    batch = run_actor(job)
+    bad = dataclasses.replace(batch, rewards=batch.rewards.copy())
+    bad.rewards[5, 0] = np.nan
+    with pytest.raises(NonFiniteError, match="actor 3 returned non-finite rewards"):
+        learner.update([bad])
+    with torch.no_grad():
+        next(learner.policy.parameters()).fill_(float("inf"))
+    with pytest.raises(NonFiniteError, match="loss is nan at gradient step 0"):
+        learner.update([batch])
+    assert not learner.optimizer.state  # Adam's state appears at its first step: none was taken

@@ -131,3 +131,41 @@ def test_a_crashed_run_resumes_without_losing_a_round(prefect_api_url, mlflow_ur
     assert client.get_run(run.info.run_id).info.status == "FINISHED"
     steps = [m.step for m in client.get_metric_history(run.info.run_id, "time/round_s")]
     assert sorted(steps) == [0, 1, 2, 3]  # round 2 ran once, after the resume
+
+
+def test_non_finite_rewards_fail_the_run_with_its_reason_and_keep_the_last_good_checkpoint(
+        prefect_api_url, mlflow_uri, tmp_path):
+    from flows.train import train
+    from models.checkpoint import load_run_checkpoint
+    from models.errors import NonFiniteError
+    from tests.slow_env import NAN_AFTER_ROUND_0
+
+    with pytest.raises(NonFiniteError, match="non-finite rewards"):
+        train(env=NAN_AFTER_ROUND_0, scheduler="fixed:2", max_rounds=3, fragment=64, seed=0,
+              target_return=1e6, tracking_uri=mlflow_uri, checkpoint_dir=str(tmp_path), local_workers=2)
+    client = MlflowClient(mlflow_uri)
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert run.info.status == "FAILED"
+    assert "NonFiniteError" in run.data.tags["minionsrl.failure"]
+    assert "non-finite rewards" in run.data.tags["minionsrl.failure"]
+    latest = load_run_checkpoint(tmp_path / run.info.run_id / "latest.pt")
+    assert latest.progress["round_index"] == 1  # round 0's, the last good one
+    assert all(bool(v.isfinite().all()) for v in latest.learner["policy"].values())
+    assert not (tmp_path / run.info.run_id / "final_policy.pt").exists()
+
+
+def test_an_unreachable_store_or_a_missing_run_fails_in_seconds_before_any_actor(
+        prefect_api_url, mlflow_uri, tmp_path):
+    import time
+
+    from flows.train import train
+
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match=r"MLflow tracking server http://127.0.0.1:9 is unreachable"):
+        train(env="CartPole-v1", tracking_uri="http://127.0.0.1:9", checkpoint_dir=str(tmp_path))
+    assert time.monotonic() - started < 10
+    first = train(env="CartPole-v1", scheduler="fixed:1", max_rounds=1, fragment=64, local_workers=1,
+                  tracking_uri=mlflow_uri, checkpoint_dir=str(tmp_path))
+    other_store = f"sqlite:///{tmp_path / 'other' / 'mlflow.db'}"
+    with pytest.raises(ConfigError, match=f"MLflow run {first.run_id} not found"):
+        train(resume=first.checkpoint, tracking_uri=other_store, max_rounds=2)
