@@ -169,3 +169,24 @@ def test_an_unreachable_store_or_a_missing_run_fails_in_seconds_before_any_actor
     other_store = f"sqlite:///{tmp_path / 'other' / 'mlflow.db'}"
     with pytest.raises(ConfigError, match=f"MLflow run {first.run_id} not found"):
         train(resume=first.checkpoint, tracking_uri=other_store, max_rounds=2)
+
+
+def test_three_trainings_started_together_on_a_new_store_all_finish(prefect_api_url, tmp_path):
+    """Concurrent users: one new MLflow store and one Prefect API, three CLI trainings at once."""
+    import os
+    import subprocess
+    import sys
+
+    store = f"sqlite:///{tmp_path / 'shared' / 'mlflow.db'}"
+    env = {**os.environ, "PREFECT_API_URL": prefect_api_url}
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "flows.train", "--scheduler", "fixed:1", "--max-rounds", "1", "--fragment", "64",
+         "--local-workers", "1", "--seed", str(seed), "--tracking-uri", store,
+         "--checkpoint-dir", str(tmp_path / "ckpt")], env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True) for seed in range(3)]
+    outputs = [p.communicate(timeout=240)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], outputs
+    client = MlflowClient(store)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert sorted(r.info.status for r in runs) == ["FINISHED"] * 3
+    assert len({r.info.experiment_id for r in runs}) == 1
