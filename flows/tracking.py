@@ -148,6 +148,9 @@ class RunTracker:
                  if v is not None and math.isfinite(float(v))]
         self.client.log_batch(self.run_id, metrics=batch)
 
+    def has_metric_at(self, key: str, step: int) -> bool:
+        return any(m.step == step for m in self.client.get_metric_history(self.run_id, key))
+
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
         self.client.log_artifact(self.run_id, str(path), artifact_path)
 

@@ -33,11 +33,13 @@ from flows.local_api import prefect_api  # noqa: E402
 from flows.tracking import RunTracker, default_tracking_uri, project_root  # noqa: E402
 from models.checkpoint import RunCheckpoint, load_run_checkpoint  # noqa: E402
 from models.config import ConfigError, RunConfig  # noqa: E402
+from models.journal import RoundJournal  # noqa: E402
 from models.learned_scheduler import is_learned_spec, is_mlflow_uri, parse_learned_spec  # noqa: E402
 from models.presets import resolve_run_changes, resolve_run_config  # noqa: E402
 from models.rollout import RolloutBatch  # noqa: E402
 from models.session import RunSummary, TrainingSession  # noqa: E402
 from tasks.backends import ActorBackend, make_backend  # noqa: E402
+from tasks.chaos import chaos_point  # noqa: E402
 from tasks.rounds import ActorFailure, evaluate, rollout, schedule, update  # noqa: E402
 
 
@@ -85,7 +87,7 @@ class RoundFailedError(RuntimeError):
         return type(self), (str(self), self.round_index, self.returned, self.failed)
 
 
-def round_flow(session: TrainingSession, backend: ActorBackend):
+def round_flow(session: TrainingSession, backend: ActorBackend, journal: RoundJournal):
     """The `train-round` subflow, bound to this run's session and actor backend.
 
     A closure rather than a module-level flow with the session as a parameter: Prefect
@@ -101,7 +103,7 @@ def round_flow(session: TrainingSession, backend: ActorBackend):
         body_started = time.perf_counter()
         jobs = session.jobs(actors, session.learner.weights())
         results = rollout.map(unmapped(backend), jobs, timeout_s=unmapped(cfg.actor_timeout_s),
-                              retries=unmapped(cfg.actor_retries)).result()
+                              retries=unmapped(cfg.actor_retries), journal=unmapped(journal)).result()
         batches = [r for r in results if isinstance(r, RolloutBatch)]
         failures = [r for r in results if isinstance(r, ActorFailure)]
         needed = math.ceil(cfg.quorum * actors)
@@ -113,7 +115,7 @@ def round_flow(session: TrainingSession, backend: ActorBackend):
         if failures:
             get_run_logger().warning("round %d continues with %d of %d batches (%d actors failed)",
                                      round_index, len(batches), actors, len(failures))
-        stats = update(session.learner, batches, round_index)
+        stats = update(session.learner, batches, round_index, journal)
         stats["time/round_body_s"] = time.perf_counter() - body_started
         return batches, [f.billed_s for f in failures], stats
 
@@ -215,7 +217,10 @@ def train(
                 opening.result()
         start_tracking(session, tracker, setup)
         ckpt_path = Path(resume).resolve() if resume else Path(cfg.checkpoint_dir) / session.run_id / "latest.pt"
-        run_rounds(session, actor_backend, tracker, ckpt_path, logger)
+        journal = RoundJournal(ckpt_path.with_name("journal.jsonl"))
+        if setup.checkpoint is not None:
+            settle_crashed_round(session, setup.checkpoint, tracker, journal, ckpt_path)
+        run_rounds(session, actor_backend, tracker, ckpt_path, journal, logger)
         final = session.save_policy(ckpt_path.with_name("final_policy.pt"))
         tracker.log_artifact(final, "policy")
         summary = session.summary(tracking_uri=tracker.tracking_uri, checkpoint=str(ckpt_path))
@@ -256,11 +261,29 @@ def start_tracking(session: TrainingSession, tracker: RunTracker, setup: RunSetu
     session.progress.run_id = tracker.start(cfg.experiment, run_name, params=cfg.to_dict(), tags=tags)
 
 
+def settle_crashed_round(session: TrainingSession, checkpoint: RunCheckpoint, tracker: RunTracker,
+                         journal: RoundJournal, ckpt_path: Path) -> None:
+    """After a crash: log the last round's metrics if the crash came between its checkpoint and
+    its MLflow record, and bill once the attempt of the next round that the crash cut short."""
+    last = session.round_index - 1
+    if checkpoint.round_metrics and last >= 0 and not tracker.has_metric_at("time/round_s", last):
+        tracker.log_metrics(checkpoint.round_metrics, step=last)
+    lost = journal.lost_attempt()
+    if lost is not None and session.bill_lost_attempt(lost) > 0:
+        get_run_logger().info("billed $%.6f of round %d's attempt cut short by the crash",
+                              session.progress.lost_usd, lost.round_index)
+        session.save(ckpt_path, checkpoint.round_metrics)  # billed once, even if we crash again
+
+
 def run_rounds(session: TrainingSession, backend: ActorBackend, tracker: RunTracker, ckpt_path: Path,
-               logger) -> None:
-    """The round loop: schedule, admit (budget), run the round subflow, record, log, checkpoint."""
+               journal: RoundJournal, logger) -> None:
+    """The round loop: schedule, admit (budget), run the round subflow, record, checkpoint, log.
+
+    The checkpoint is written before the round's MLflow record and holds it, so a crash at any
+    point loses no round and logs none twice (settle_crashed_round); the journal bills a round
+    attempt that a crash cut short."""
     cfg = session.cfg
-    run_round = round_flow(session, backend)
+    run_round = round_flow(session, backend, journal)
     warned_no_episodes = False
     # Round subflows skip heartbeats: each costs up to 1 s at flow exit (the heartbeat
     # thread sleeps in 1 s steps before join). The parent `train` run keeps its own.
@@ -272,6 +295,8 @@ def run_rounds(session: TrainingSession, backend: ActorBackend, tracker: RunTrac
                 logger.info("round %d not started: its estimated cost exceeds the $%.6f left",
                             k, session.budget_left_usd)
                 break
+            chaos_point("round_start", k)
+            journal.begin(k, actors)
             started = time.perf_counter()
             try:
                 batches, failed_billed_s, stats = run_round(round_index=k, actors=actors)
@@ -279,11 +304,15 @@ def run_rounds(session: TrainingSession, backend: ActorBackend, tracker: RunTrac
                 tracker.log_metrics({"rollout/actor_failures": float(exc.failed),
                                      "rollout/batches": float(exc.returned)}, step=k)
                 raise
+            chaos_point("round_work", k)
             metrics = session.record(batches, stats, time.perf_counter() - started, failed_billed_s)
             if cfg.eval_every and (session.round_index % cfg.eval_every == 0 or session.stop_reason):
                 metrics.update(evaluate(session, cfg.eval_episodes))
+            chaos_point("recorded", k)
+            session.save(ckpt_path, metrics)
+            chaos_point("saved", k)
             tracker.log_metrics(metrics, step=k)
-            session.save(ckpt_path)
+            chaos_point("logged", k)
             logger.info("round %d: %d actors, return %.1f, P_k %.2fs, wall %.2fs, $%.6f",
                         k, actors, metrics["rollout/ep_return_mean"], metrics["time/round_s"],
                         metrics["time/round_wall_s"], metrics["cost/round_usd"])

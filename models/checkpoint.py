@@ -34,6 +34,8 @@ class RunCheckpoint:
     """The scheduler's state_dict()."""
     progress: dict[str, Any]
     """models/session.py RunProgress as plain data (round index, totals, history, run id)."""
+    round_metrics: dict[str, float]
+    """The last round's MLflow metrics, logged after this checkpoint was written."""
 
 
 @dataclass(frozen=True)
@@ -49,14 +51,14 @@ class PolicyArtifact:
 def save_run_checkpoint(path: str | Path, ckpt: RunCheckpoint) -> Path:
     return save_checkpoint(path, {"format": RUN_FORMAT, "version": RUN_VERSION, "config": ckpt.config,
                         "learner": ckpt.learner, "scheduler": ckpt.scheduler,
-                        "progress": ckpt.progress})
+                        "progress": ckpt.progress, "round_metrics": ckpt.round_metrics})
 
 
 def load_run_checkpoint(path: str | Path) -> RunCheckpoint:
     raw = _load(path, RUN_FORMAT, RUN_VERSION)
     try:
         return RunCheckpoint(config=raw["config"], learner=raw["learner"], scheduler=raw["scheduler"],
-                             progress=raw["progress"])
+                             progress=raw["progress"], round_metrics=raw["round_metrics"])
     except KeyError as exc:
         raise ConfigError(f"{path}: not a complete run checkpoint (missing {exc})") from None
 

@@ -14,8 +14,9 @@ from pathlib import Path
 
 from models.checkpoint import PolicyArtifact, RunCheckpoint, save_policy, save_run_checkpoint
 from models.config import RunConfig
-from models.cost import estimate_round_cost, server_cluster_cost
+from models.cost import estimate_round_cost, round_cost, server_cluster_cost
 from models.envs import env_spaces
+from models.journal import LostAttempt
 from models.metrics import round_metrics
 from models.ppo import Learner
 from models.rollout import ActorJob, RolloutBatch
@@ -101,6 +102,10 @@ class RunProgress:
     stop_reason: str | None = None
     run_id: str | None = None
     history: list[RoundRecord] = field(default_factory=list)
+    lost_usd: float = 0.0
+    """Billed cost of round attempts a crash cut short (models/journal.py), in spent_usd too."""
+    billed_attempts: list[str] = field(default_factory=list)
+    """Ids of the lost attempts already billed: each is billed once."""
 
 
 class TrainingSession:
@@ -199,6 +204,7 @@ class TrainingSession:
             "rollout/env_steps_total": float(p.env_steps),
             "time/total_round_s": p.sum_round_s,
             "time/total_wall_s": p.sum_wall_s,
+            "cost/lost_attempts_usd": p.lost_usd,
         })
         p.history.append(RoundRecord.from_metrics(p.round_index, metrics))
         p.round_index += 1
@@ -221,6 +227,17 @@ class TrainingSession:
             scheduler_trace=self.scheduler.trace() if hasattr(self.scheduler, "trace") else None,
             tracking_uri=tracking_uri, checkpoint=checkpoint)
 
+    def bill_lost_attempt(self, lost: LostAttempt) -> float:
+        """Bill once what an attempt of the next round was billed before a crash cut it short."""
+        p = self.progress
+        if lost.round_index != p.round_index or lost.attempt_id in p.billed_attempts:
+            return 0.0
+        cost = round_cost(lost.learner_s, list(lost.actor_billed_s), self.prices)
+        p.spent_usd += cost
+        p.lost_usd += cost
+        p.billed_attempts.append(lost.attempt_id)
+        return cost
+
     # -- checkpoints ---------------------------------------------------------------------
     def policy_artifact(self) -> PolicyArtifact:
         """What a user needs to run the trained policy: weights, spaces and normaliser stats."""
@@ -232,12 +249,15 @@ class TrainingSession:
     def save_policy(self, path: str | Path) -> Path:
         return save_policy(path, self.policy_artifact())
 
-    def save(self, path: str | Path) -> Path:
+    def save(self, path: str | Path, round_metrics: dict[str, float] | None = None) -> Path:
+        """Checkpoint after a round; round_metrics: that round's MLflow metrics, logged after
+        the checkpoint is written (a resume logs them if the crash came in between)."""
         p = self.progress
         return save_run_checkpoint(path, RunCheckpoint(
             config=self.cfg.to_dict(), learner=self.learner.state_dict(),
             scheduler=self.scheduler.state_dict(),
-            progress={**asdict(p), "history": [asdict(r) for r in p.history]}))
+            progress={**asdict(p), "history": [asdict(r) for r in p.history]},
+            round_metrics=dict(round_metrics or {})))
 
     def load(self, checkpoint: RunCheckpoint) -> None:
         """Continue exactly after the last finished round of a checkpoint."""
@@ -246,6 +266,10 @@ class TrainingSession:
         values = dict(checkpoint.progress)
         values["history"] = [RoundRecord(**r) for r in values["history"]]
         self.progress = RunProgress(**values)
+        # A resume may raise K or B: those stops are decided again; a reached target stays.
+        p = self.progress
+        if (p.stop_reason == STOP_MAX_ROUNDS and p.round_index < self.cfg.max_rounds) or p.stop_reason == STOP_BUDGET:
+            p.stop_reason = None
 
 
 def actor_seed(seed: int, round_index: int, actor_index: int, i_max: int) -> int:

@@ -12,10 +12,13 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from models.evaluation import evaluate_policy
+from models.journal import RoundJournal
 from models.ppo import Learner
 from models.rollout import ActorJob, RolloutBatch
 from models.schedulers import RoundState, Scheduler
+from models.timings import ActorPhases
 from tasks.backends import ActorBackend, ActorError
+from tasks.chaos import chaos_point
 
 _FAST = {"cache_policy": NO_CACHE, "persist_result": False, "log_prints": False}
 
@@ -39,7 +42,7 @@ def schedule(scheduler: Scheduler, state: RoundState) -> int:
 
 @task(name="rollout", task_run_name="rollout-r{job.round_index}-a{job.actor_index}", **_FAST)
 def rollout(backend: ActorBackend, job: ActorJob, timeout_s: float | None = None,
-            retries: int = 1) -> RolloutBatch | ActorFailure:
+            retries: int = 1, journal: RoundJournal | None = None) -> RolloutBatch | ActorFailure:
     """One actor: sample a fragment with the round's weights on the chosen backend.
 
     A crashed or timed-out actor is retried here rather than with Prefect's task retries, so
@@ -58,7 +61,12 @@ def rollout(backend: ActorBackend, job: ActorJob, timeout_s: float | None = None
             continue
         batch.timings.failed_attempts_billed_s = billed
         batch.timings.attempts = attempt
+        if journal is not None:
+            journal.actor_billed(ActorPhases.of(batch.timings).duration_s + billed)
+        chaos_point("actor_returned", job.round_index)
         return batch
+    if journal is not None:
+        journal.actor_billed(billed)
     return ActorFailure(job.actor_index, retries + 1, billed, timed_out, error)
 
 
@@ -71,6 +79,11 @@ def evaluate(session, episodes: int) -> dict[str, float]:
 
 
 @task(name="update", task_run_name="update-r{round_index}", **_FAST)
-def update(learner: Learner, batches: list[RolloutBatch], round_index: int) -> dict[str, float]:
+def update(learner: Learner, batches: list[RolloutBatch], round_index: int,
+           journal: RoundJournal | None = None) -> dict[str, float]:
     """The learner: GAE and PPO epochs on all of the round's fragments (GPU when present)."""
-    return learner.update(batches, round_index)
+    stats = learner.update(batches, round_index)
+    if journal is not None:
+        journal.learner_done(stats["time/learner_s"])
+    chaos_point("update_done", round_index)
+    return stats
