@@ -27,7 +27,7 @@ from prefect import flow, get_run_logger, unmapped  # noqa: E402
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings  # noqa: E402
 from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
 
-from flows.local_api import prefect_api  # noqa: E402
+from deployments.local_api import prefect_api  # noqa: E402
 from flows.session import STOP_BUDGET, TrainingSession  # noqa: E402
 from flows.tracking import RunTracker, project_root  # noqa: E402
 from models.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
