@@ -53,7 +53,7 @@ def runs_of(stack, flow_name: str):
 
 def test_warm_actors_start_in_under_a_second(stack, warm):
     """Two rounds of two actors on two pre-warmed servers, each job inline in its server."""
-    assert all(s["ready"] for s in warm.servers())
+    assert all(s.ready for s in warm.servers())
     batches = []
     for k in range(2):
         with ThreadPoolExecutor(2) as ex:
@@ -71,21 +71,22 @@ def test_warm_actors_start_in_under_a_second(stack, warm):
 
 def test_warm_actor_past_its_timeout_is_cancelled_and_replaced(stack, warm):
     from tasks.backends import ActorError
+    from tasks.workpool import protocol
 
-    before = {s["server_id"]: s for s in warm.servers() if not s["dead"]}
+    before = {s.server_id: s for s in warm.servers() if not s.dead}
     started = time.monotonic()
     with pytest.raises(ActorError) as info:
         warm.run(make_job(HANG, round_index=2), timeout_s=3.0)
     took = time.monotonic() - started
     assert info.value.timed_out and 3.0 <= took < 3.0 + MARGIN_S, took
-    [old] = [s for s in warm.servers() if s["dead"] and s["server_id"] in before]
-    marker = warm.store.get_obj(f"{warm.prefix}/servers/{old['server_id']}/ready")
+    [old] = [s for s in warm.servers() if s.dead and s.server_id in before]
+    marker = protocol.get(warm.store, warm.keys.ready(old.server_id), protocol.ProcessMarker)
     # Prefect cancelled the server's flow run and the worker killed its process.
-    assert wait_final(stack, old["flow_run_id"]).state.is_cancelled()
+    assert wait_final(stack, old.flow_run_id).state.is_cancelled()
     deadline = time.monotonic() + 30
-    while not gone(marker["pid"]) and time.monotonic() < deadline:
+    while not gone(marker.pid) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert gone(marker["pid"])
+    assert gone(marker.pid)
     # ... and a fresh warm server took its place; the next round runs warm on both.
     assert warm.wait_ready(2, timeout_s=180) == 2
     with ThreadPoolExecutor(2) as ex:
@@ -103,7 +104,7 @@ def test_warm_subflows_make_each_actor_its_own_flow_run(stack):
     backend = make_backend("work-pool", "CartPole-v1", warm_actors=1, warm_subflows=True)
     try:
         batches = [backend.run(make_job(round_index=k), timeout_s=120) for k in range(2)]
-        server = backend.servers()[0]["flow_run_id"]
+        server = backend.servers()[0].flow_run_id
     finally:
         backend.close()
     assert [b.timings["cold_start"] for b in batches] == [0.0, 0.0]
