@@ -24,6 +24,7 @@ deletes the container group.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import random
 import threading
 import time
@@ -193,7 +194,9 @@ def settle_cancelling_later(flow_run_id: UUID, deadline_at: float, why: str) -> 
     fall between the two, and then stays Cancelling in the UI for good. The actor's deadline
     watchdog (flows/actor.py) ends its process DEADLINE_GRACE_S after the deadline, or as soon
     as it reads its job if later; a run marked Cancelled before that is refused by the engine.
-    Runs on its own thread and client, because close() may already have closed the backend's.
+    Runs on its own thread and client, because close() may already have closed the backend's;
+    the thread runs in a copy of the caller's context, so its client talks to the caller's API
+    (Prefect keeps its settings in a context variable, which a bare thread would not see).
     """
     def settle() -> None:
         from prefect import get_client
@@ -206,6 +209,7 @@ def settle_cancelling_later(flow_run_id: UUID, deadline_at: float, why: str) -> 
                 client.set_flow_run_state(flow_run_id, Cancelled(
                     message=f"{why}; its process ended on its own deadline"), force=True)
 
-    thread = threading.Thread(target=settle, daemon=True, name="settle-cancelling")
+    thread = threading.Thread(target=contextvars.copy_context().run, args=(settle,), daemon=True,
+                              name="settle-cancelling")
     thread.start()
     return thread
