@@ -1,6 +1,6 @@
 """Actors as flow runs on a work pool: the `actor` flow (one job) and `actor-server` (warm).
 
-The `work-pool` backend (tasks/workpool.py) starts an `actor` flow run per actor through the
+The `work-pool` backend (tasks/workpool/) starts an `actor` flow run per actor through the
 `actor/minionsrl-actor` deployment, so each actor's infrastructure (a process, an ACI container
 group) is started for it and gone when it returns. With warm actors, long-lived `actor-server`
 flow runs stay up and run each job they are handed, inline or (as_subflows) as an `actor`
