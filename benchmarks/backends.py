@@ -144,8 +144,8 @@ def main() -> None:
     tracking_uri = f"sqlite:///{tmp / 'mlflow.db'}"
     rows = []
     with contextlib.ExitStack() as stack:
+        from deployments.local_api import prefect_api
         from deployments.local_stack import prefect_stack
-        from flows.local_api import prefect_api
 
         if "work-pool" in args.backends:
             # Warm servers hold worker slots while idle: cold actors get --pool-limit besides.

@@ -77,7 +77,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--tracking-uri", default=None)
     args = parser.parse_args()
-    from flows.local_api import prefect_api
+    from deployments.local_api import prefect_api
     from flows.tracking import default_tracking_uri
 
     tracking_uri = args.tracking_uri or default_tracking_uri()

@@ -157,7 +157,7 @@ def main() -> None:
     parser.add_argument("--plot-only", action="store_true",
                         help="no training: table and plot from the results saved before")
     args = parser.parse_args()
-    from flows.local_api import prefect_api
+    from deployments.local_api import prefect_api
     from flows.tracking import default_tracking_uri
 
     tracking_uri = args.tracking_uri or default_tracking_uri()

@@ -171,7 +171,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(RESULTS / "hopper_vs_sb3.json"))
     args = parser.parse_args()
 
-    from flows.local_api import prefect_api
+    from deployments.local_api import prefect_api
     from flows.tracking import default_tracking_uri
     from models.presets import preset_for
 

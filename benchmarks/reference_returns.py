@@ -29,7 +29,7 @@ RUNS = (
 
 
 def run_reference(runs=RUNS) -> list[dict]:
-    from flows.local_api import prefect_api
+    from deployments.local_api import prefect_api
     from flows.train import train
 
     out = []

@@ -42,7 +42,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--fragment", type=int, default=512)
     args = parser.parse_args()
-    from flows.local_api import prefect_api
+    from deployments.local_api import prefect_api
     from flows.tracking import default_tracking_uri
 
     uri = default_tracking_uri()

@@ -8,7 +8,7 @@ A Prefect server on 127.0.0.1 (free port, PREFECT_HOME in a temp folder, analyti
 `minionsrl-process` pool from deployments/work-pools/process.json, `prefect deploy --all
 --no-prompt` with the project's prefect.yaml, and `prefect worker start --type process` polling
 every second. The server is Prefect's own app with all the services `prefect server start` runs,
-but with SQLite write transactions begun IMMEDIATE (flows/local_api.py): the stock server stalled
+but with SQLite write transactions begun IMMEDIATE (deployments/local_api.py): the stock server stalled
 on "database is locked" with 32 actor flow runs at once. Teardown kills the worker, every
 flow-run process it started (they run in their own sessions, so a process-group kill would miss
 them), and the server.
@@ -117,7 +117,7 @@ class PrefectStack:
         return proc
 
     def start_server(self, timeout_s: float = 120) -> None:
-        server = self._spawn("server", sys.executable, "-m", "flows.local_api", "--port",
+        server = self._spawn("server", sys.executable, "-m", "deployments.local_api", "--port",
                              str(self.port), "--all-services")
         deadline = time.monotonic() + timeout_s
         while True:

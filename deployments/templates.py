@@ -5,8 +5,9 @@
 Two ACI pools, because one ARM template cannot both carry a GPU block and leave it out:
 - aci-actor.json (`minionsrl-aci`): one vCPU and a few GB per actor, no GPU.
 - aci-learner.json (`minionsrl-aci-gpu`): the `train` flow run (the learner) with a GPU. The
-  default ACI template ignores gpu_count/gpu_sku (PLATFORM-NOTES): here they are written into the
-  container's resource requests, so a learner container really gets its GPU.
+  default ACI template ignores gpu_count/gpu_sku (tests/test_deployments_aci.py shows it):
+  here they are written into the container's resource requests, so a learner container really
+  gets its GPU.
 
 Both templates: the image is ours (deployments/Dockerfile), so prefect-azure's default
 entrypoint (/opt/prefect/entrypoint.sh of Prefect's own images) is dropped; the container group

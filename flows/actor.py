@@ -1,18 +1,13 @@
 """Actors as flow runs on a work pool: the `actor` flow (one job) and `actor-server` (warm).
 
-The `work-pool` backend (tasks/workpool.py) starts an `actor` flow run per actor through the
+The `work-pool` backend (tasks/workpool/) starts an `actor` flow run per actor through the
 `actor/minionsrl-actor` deployment, so each actor's infrastructure (a process, an ACI container
 group) is started for it and gone when it returns. With warm actors, long-lived `actor-server`
 flow runs stay up and run each job they are handed, inline or (as_subflows) as an `actor`
 subflow, without paying the process/container start.
 
-Storage layout under `prefix` in the storage block (tasks/storage.py):
-    weights/<digest>            the round's weights, written once
-    jobs/<job_id>               {"job": ActorJob without weights, "weights_key", "deadline_at"}
-    started/<job_id>            {"pid", "host", "flow_run_id", "at"} when the actor begins
-    results/<job_id>            ("batch", RolloutBatch) or ("error", message)
-    servers/<id>/ready          {"pid", "host", "flow_run_id", "at"} once a server is up
-    servers/<id>/inbox/<n>      the n-th job id for that server ("" = stop)
+What goes through the storage block, and how it is read without running code, is
+tasks/workpool/protocol.py, which the backend imports too.
 """
 
 from __future__ import annotations
@@ -23,14 +18,20 @@ import socket
 import threading
 import time
 import traceback
-from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
 from models.rollout import run_actor
 from tasks.storage import BlockStore
-from tasks.workpool import DEADLINE_GRACE_S  # past its deadline by this much, an actor exits
+from tasks.workpool import protocol
+from tasks.workpool.protocol import (
+    DEADLINE_GRACE_S,  # past its deadline by this much, an actor exits
+    JobEnvelope,
+    ProcessMarker,
+    ResultEnvelope,
+    RunKeys,
+)
 
 _stores: dict[str, BlockStore] = {}
 _weights: dict[str, bytes] = {}  # last weights this process read: a warm server reuses them
@@ -45,12 +46,13 @@ def _store(slug: str) -> BlockStore:
 def _flow_run_id() -> str | None:
     from prefect.runtime import flow_run
 
-    return flow_run.id
+    run_id = flow_run.id
+    return str(run_id) if run_id else None
 
 
-def _marker() -> dict[str, Any]:
-    return {"pid": os.getpid(), "host": socket.gethostname(), "flow_run_id": _flow_run_id(),
-            "at": time.time()}
+def _marker() -> ProcessMarker:
+    return ProcessMarker(pid=os.getpid(), host=socket.gethostname(), flow_run_id=_flow_run_id(),
+                         at=time.time())
 
 
 def _watchdog(deadline_at: float | None) -> threading.Timer | None:
@@ -66,23 +68,25 @@ def _watchdog(deadline_at: float | None) -> threading.Timer | None:
 
 def run_job(store: BlockStore, prefix: str, job_id: str, body_at: float, cold: bool) -> None:
     """Read the job and its weights, sample, write the batch (or the error) back."""
-    store.put_obj(f"{prefix}/started/{job_id}", _marker())
-    envelope = store.get_obj(f"{prefix}/jobs/{job_id}")
-    if envelope is None:
-        raise RuntimeError(f"job {job_id} not found under {prefix} in {store.slug}")
-    timer = _watchdog(envelope.get("deadline_at"))
+    keys = RunKeys(prefix)
+    protocol.put(store, keys.started(job_id), _marker())
+    timer = None
     try:
+        envelope = protocol.get(store, keys.job(job_id), JobEnvelope)
+        if envelope is None:
+            raise RuntimeError(f"job {job_id} not found under {prefix} in {store.slug}")
+        timer = _watchdog(envelope.deadline_at)
         read_at = time.time()
-        key = envelope["weights_key"]
-        weights = _weights.get(key)
+        digest = envelope.weights_digest
+        weights = _weights.get(digest)
         if weights is None:
-            weights = store.get(f"{prefix}/weights/{key}")
+            weights = store.get(keys.weights(digest))
             if weights is None:
-                raise RuntimeError(f"weights {key} not found under {prefix}")
+                raise RuntimeError(f"weights {digest} not found under {prefix}")
             _weights.clear()
-            _weights[key] = weights
+            _weights[digest] = weights
         fetched_at = time.time()
-        job = dataclasses.replace(envelope["job"], weights=weights)
+        job = dataclasses.replace(envelope.job, weights=weights)
         batch = run_actor(job)
         t = batch.timings
         t.cold_start = cold
@@ -90,10 +94,10 @@ def run_job(store: BlockStore, prefix: str, job_id: str, body_at: float, cold: b
         t.job_read_s = read_at - body_at
         t.weight_transfer_s = fetched_at - read_at
         t.sent_at = time.time()
-        store.put_obj(f"{prefix}/results/{job_id}", ("batch", batch))
+        protocol.put(store, keys.result(job_id), ResultEnvelope(batch=batch))
     except Exception as exc:
-        store.put_obj(f"{prefix}/results/{job_id}",
-                      ("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+        protocol.put(store, keys.result(job_id), ResultEnvelope(
+            error=f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
         raise
     finally:
         if timer is not None:
@@ -141,14 +145,14 @@ def actor_server(storage_block: str, prefix: str, server_id: str, warm_env_id: s
         from models.envs import env_spaces
 
         env_spaces(warm_env_id)
-    inbox = f"{prefix}/servers/{server_id}/inbox"
-    store.put_obj(f"{prefix}/servers/{server_id}/ready", _marker())
+    keys = RunKeys(prefix)
+    protocol.put(store, keys.ready(server_id), _marker())
     logger.info("actor server %s ready (pid %d)", server_id, os.getpid())
     served, seq, delay, idle_since = 0, 0, poll_s, time.monotonic()
-    # Subflows skip heartbeats: each would cost up to 1 s at exit (PLATFORM-NOTES).
+    # Subflows skip heartbeats: each would cost up to 1 s at exit.
     with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
         while True:
-            data = store.get(f"{inbox}/{seq}")
+            data = store.get(keys.inbox(server_id, seq))
             if data is None:
                 if time.monotonic() - idle_since > idle_timeout_s:
                     logger.info("actor server %s idle for %.0f s: exiting", server_id, idle_timeout_s)
@@ -156,7 +160,7 @@ def actor_server(storage_block: str, prefix: str, server_id: str, warm_env_id: s
                 time.sleep(delay)
                 delay = min(delay * 1.5, max_poll_s)
                 continue
-            store.delete(f"{inbox}/{seq}")
+            store.delete(keys.inbox(server_id, seq))
             seq += 1
             job_id = data.decode()
             if not job_id:
@@ -171,5 +175,5 @@ def actor_server(storage_block: str, prefix: str, server_id: str, warm_env_id: s
                 logger.warning("actor %s failed: %s", job_id, exc)
             served += 1
             delay, idle_since = poll_s, time.monotonic()
-    store.delete(f"{prefix}/servers/{server_id}/ready")
+    store.delete(keys.ready(server_id))
     return served

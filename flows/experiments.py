@@ -43,7 +43,7 @@ from prefect.artifacts import (  # noqa: E402
     create_table_artifact,
 )
 
-from flows.local_api import prefect_api  # noqa: E402
+from deployments.local_api import prefect_api  # noqa: E402
 from flows.scheduler_flows import (  # noqa: E402
     WORKLOAD_KEYS,
     add_workload_arguments,

@@ -36,7 +36,7 @@ from prefect import flow, get_run_logger, task  # noqa: E402
 from prefect.cache_policies import NO_CACHE  # noqa: E402
 from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
 
-from flows.local_api import prefect_api  # noqa: E402
+from deployments.local_api import prefect_api  # noqa: E402
 from flows.tracking import RunTracker, project_root  # noqa: E402
 from flows.train import fetch_scheduler_checkpoint, train  # noqa: E402
 from models.config import ConfigError  # noqa: E402

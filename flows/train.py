@@ -28,8 +28,8 @@ from prefect import flow, get_run_logger, unmapped  # noqa: E402
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings  # noqa: E402
 from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
 
+from deployments.local_api import prefect_api  # noqa: E402
 from flows.cli import flow_arguments, given_arguments  # noqa: E402
-from flows.local_api import prefect_api  # noqa: E402
 from flows.tracking import RunTracker, default_tracking_uri, project_root  # noqa: E402
 from models.checkpoint import RunCheckpoint, load_run_checkpoint  # noqa: E402
 from models.config import ConfigError, RunConfig  # noqa: E402

@@ -130,7 +130,8 @@ class RunningMeanStd:
 
     def moments(self) -> Moments:
         """A frozen copy of the statistics."""
-        return Moments(float(self.count), self.mean.copy(), self.var.copy())
+        return Moments(float(self.count), np.array(self.mean, dtype=np.float64),
+                       np.array(self.var, dtype=np.float64))
 
     @classmethod
     def from_moments(cls, moments: Moments) -> RunningMeanStd:

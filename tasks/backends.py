@@ -5,7 +5,7 @@ The run's typed backend spec (models/config.py) picks one; the round loop never 
 - local: warm worker processes on this machine (tasks/local_pool.py);
 - work-pool: each actor is its own flow run on a Prefect work pool (process here, Azure
   Container Instances in the cloud), weights out and batches back through a storage block,
-  with an optional pool of warm actor servers (tasks/workpool.py, flows/actor.py);
+  with an optional pool of warm actor servers (tasks/workpool/, flows/actor.py);
 - dask: actors as tasks on a Dask cluster, a LocalCluster or one at an address
   (tasks/dask_backend.py).
 

@@ -5,6 +5,9 @@ reference: the backend writes the round's weights once and one small job envelop
 the actor writes its batch, the backend reads it back. The block is configured in Prefect
 (LocalFileSystem here, AzureBlobStorageContainer for ACI) and named by its slug.
 
+This module moves bytes only; what the bytes mean, and how they are decoded without running
+code, is tasks/workpool/protocol.py's business (models/wire.py: no pickle).
+
 The generic block interface has only read_path and write_path. LocalFileSystem gets a fast
 path (atomic rename on write, so a poller never reads half a file; deletes) because actors on a
 process pool poll it many times a second.
@@ -14,24 +17,33 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pickle
 import tempfile
-import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from prefect.filesystems import LocalFileSystem
 
 LOCAL_FS = "local-file-system"
+
+
+class PathBlock(Protocol):
+    """What the backend needs of a storage block: Prefect's generic file-system interface."""
+
+    def read_path(self, path: str) -> bytes: ...
+
+    def write_path(self, path: str, content: bytes) -> object: ...
 
 
 class BlockStore:
     """put/get/delete bytes under string keys in a Prefect storage block."""
 
-    def __init__(self, block: Any, slug: str = ""):
+    def __init__(self, block: PathBlock, slug: str = ""):
         self.block = block
         self.slug = slug
         self.root: Path | None = None
         if type(block).__name__ == "LocalFileSystem":
-            self.root = Path(block.basepath or ".").expanduser().resolve()
+            self.root = Path(getattr(block, "basepath", None) or ".").expanduser().resolve()
 
     @classmethod
     def load(cls, slug: str, create: bool = False) -> BlockStore:
@@ -87,14 +99,6 @@ class BlockStore:
 
         shutil.rmtree(self.root / prefix, ignore_errors=True)
 
-    # -- objects -------------------------------------------------------------------------
-    def put_obj(self, key: str, obj: Any) -> None:
-        self.put(key, pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
-
-    def get_obj(self, key: str) -> Any | None:
-        data = self.get(key)
-        return None if data is None else pickle.loads(data)
-
 
 def _is_not_found(exc: Exception) -> bool:
     name = type(exc).__name__
@@ -102,7 +106,7 @@ def _is_not_found(exc: Exception) -> bool:
             or "does not exist" in str(exc) or "BlobNotFound" in str(exc))
 
 
-def create_local_block(name: str, basepath: str | Path | None = None) -> Any:
+def create_local_block(name: str, basepath: str | Path | None = None) -> LocalFileSystem:
     """Save a LocalFileSystem block `name` under PREFECT_HOME/minionsrl-storage (or basepath)."""
     from prefect.filesystems import LocalFileSystem
     from prefect.settings import PREFECT_HOME
@@ -112,7 +116,3 @@ def create_local_block(name: str, basepath: str | Path | None = None) -> Any:
     block = LocalFileSystem(basepath=str(path))
     block.save(name, overwrite=True)
     return block
-
-
-def new_token() -> str:
-    return uuid.uuid4().hex[:12]

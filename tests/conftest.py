@@ -16,7 +16,7 @@ def prefect_api_url(tmp_path_factory):
     saved = {k: os.environ.get(k) for k in ("PREFECT_HOME", "PREFECT_API_URL")}
     os.environ["PREFECT_HOME"] = str(home)
     os.environ.pop("PREFECT_API_URL", None)
-    from flows.local_api import prefect_api
+    from deployments.local_api import prefect_api
 
     with prefect_api() as url:
         yield url

@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # spawned workers copy sys.path: they can import tests.slow_env
     sys.path.insert(0, str(ROOT))
 
+from models.config import LocalBackendSpec  # noqa: E402
 from models.envs import env_spaces  # noqa: E402
 from models.policy import ActorCritic, weights_to_bytes  # noqa: E402
 from models.rollout import ActorJob  # noqa: E402
@@ -116,7 +117,7 @@ def test_an_actor_that_raises_keeps_its_worker(backend):
 
 
 def test_cold_start_is_recorded_without_prewarming():
-    b = make_backend("local", "CartPole-v1", workers=1, prewarm=False)
+    b = make_backend(LocalBackendSpec(workers=1), "CartPole-v1", prewarm=False)
     try:
         first = b.run(make_job(), timeout_s=120)
         second = b.run(make_job(actor=1), timeout_s=60)

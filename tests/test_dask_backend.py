@@ -34,9 +34,10 @@ def test_train_two_rounds_on_a_local_dask_cluster(prefect_api_url, mlflow_uri, t
 
 
 def test_dask_actor_past_its_timeout_restarts_its_worker():
+    from models.config import DaskBackendSpec
     from tasks.backends import ActorError, make_backend
 
-    backend = make_backend("dask", "CartPole-v1", workers=2)
+    backend = make_backend(DaskBackendSpec(workers=2), "CartPole-v1")
     try:
         first = backend.run(make_job(), timeout_s=120)
         assert first.timings.cold_start in (False, True) and first.steps == 64

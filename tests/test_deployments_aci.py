@@ -102,7 +102,7 @@ def test_learner_template_renders_its_gpu():
 
 
 def test_prefect_azure_default_template_drops_the_gpu():
-    """Why the learner pool has its own template (PLATFORM-NOTES): the default ignores gpu_*."""
+    """Why the learner pool has its own template: the default ignores gpu_*."""
     from deployments.templates import default_aci_template
 
     config = render(default_aci_template(), {**AZURE, "gpu_count": 1, "gpu_sku": "V100"})

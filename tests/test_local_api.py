@@ -1,4 +1,4 @@
-"""The tuned temporary Prefect API (flows/local_api.py) against a real server on 127.0.0.1."""
+"""The tuned temporary Prefect API (deployments/local_api.py) against a real server on 127.0.0.1."""
 
 from __future__ import annotations
 

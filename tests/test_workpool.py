@@ -53,12 +53,16 @@ def wait_final(stack, flow_run_id, timeout_s=60.0):
     raise AssertionError(f"flow run {flow_run_id} not final after {timeout_s} s: {run.state}")
 
 
-def wait_started(backend, job_prefix: str, timeout_s: float = 90.0) -> dict:
-    root = backend.store.root / backend.prefix / "started"
+def wait_started(backend, job_prefix: str, timeout_s: float = 90.0):
+    """The ProcessMarker of the first job whose id starts with job_prefix, once it started."""
+    from tasks.workpool import protocol
+
+    root = backend.store.root / backend.keys.started_dir()
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for path in root.glob(f"{job_prefix}-*") if root.exists() else []:
-            marker = backend.store.get_obj(str(path.relative_to(backend.store.root)))
+            marker = protocol.get(backend.store, backend.keys.started(path.name),
+                                  protocol.ProcessMarker)
             if marker:
                 return marker
         time.sleep(0.05)
@@ -75,9 +79,10 @@ def gone(pid: int) -> bool:
 
 
 def test_cold_actors_are_their_own_flow_runs_on_the_process_pool(stack):
+    from models.config import WorkPoolBackendSpec
     from tasks.backends import make_backend
 
-    backend = make_backend("work-pool", "CartPole-v1")
+    backend = make_backend(WorkPoolBackendSpec(), "CartPole-v1")
     try:
         with ThreadPoolExecutor(2) as ex:
             batches = list(ex.map(lambda i: backend.run(make_job(actor=i), timeout_s=120), range(2)))
@@ -106,9 +111,10 @@ def test_cold_actors_are_their_own_flow_runs_on_the_process_pool(stack):
 
 
 def test_cold_actor_killed_mid_rollout(stack):
+    from models.config import WorkPoolBackendSpec
     from tasks.backends import ActorError, make_backend
 
-    backend = make_backend("work-pool", "CartPole-v1")
+    backend = make_backend(WorkPoolBackendSpec(), "CartPole-v1")
     outcome = {}
 
     def slow():
@@ -123,7 +129,7 @@ def test_cold_actor_killed_mid_rollout(stack):
         marker = wait_started(backend, "r0-a0")
         time.sleep(1.0)  # mid-rollout
         killed_at = time.monotonic()
-        os.kill(marker["pid"], signal.SIGKILL)
+        os.kill(marker.pid, signal.SIGKILL)
         thread.join(60)
     finally:
         backend.close()
@@ -132,13 +138,14 @@ def test_cold_actor_killed_mid_rollout(stack):
     assert "lost" in str(error) and "CRASHED" in str(error)
     assert outcome["at"] - killed_at < MARGIN_S, outcome["at"] - killed_at
     assert error.billed_s > 1.0
-    assert wait_final(stack, marker["flow_run_id"]).state.is_crashed()
+    assert wait_final(stack, marker.flow_run_id).state.is_crashed()
 
 
 def test_cold_actor_slower_than_its_timeout_is_cancelled(stack):
+    from models.config import WorkPoolBackendSpec
     from tasks.backends import ActorError, make_backend
 
-    backend = make_backend("work-pool", "CartPole-v1")
+    backend = make_backend(WorkPoolBackendSpec(), "CartPole-v1")
     try:
         started = time.monotonic()
         with pytest.raises(ActorError) as info:
@@ -165,11 +172,13 @@ def test_actor_run_whose_parent_task_run_is_not_recorded_starts_unnested(stack):
     from prefect import get_client
     from prefect.states import Cancelled
 
+    from models.config import WorkPoolBackendSpec
     from tasks.backends import make_backend
 
-    backend = make_backend("work-pool", "CartPole-v1")
+    backend = make_backend(WorkPoolBackendSpec(), "CartPole-v1")
     try:
-        run_id = backend._create_actor_run("r9-a0-unnested", None, parent=uuid.uuid4())
+        run_id = backend.launcher.create_actor_run(backend.actor_deployment_id, "r9-a0-unnested",
+                                                   None, parent=uuid.uuid4())
         with get_client(sync_client=True) as client:
             run = client.read_flow_run(run_id)
             client.set_flow_run_state(run_id, Cancelled(message="test: not to be run"), force=True)

@@ -35,9 +35,10 @@ def stack(tmp_path_factory):
 @pytest.fixture(scope="module")
 def warm(stack):
     """Two warm actor servers, shared by the warm tests (each boot costs a cold start)."""
+    from models.config import WorkPoolBackendSpec
     from tasks.backends import make_backend
 
-    backend = make_backend("work-pool", "CartPole-v1", warm_actors=2)
+    backend = make_backend(WorkPoolBackendSpec(warm_actors=2), "CartPole-v1")
     assert backend.wait_ready(2, timeout_s=180) == 2
     yield backend
     backend.close()
@@ -53,7 +54,7 @@ def runs_of(stack, flow_name: str):
 
 def test_warm_actors_start_in_under_a_second(stack, warm):
     """Two rounds of two actors on two pre-warmed servers, each job inline in its server."""
-    assert all(s["ready"] for s in warm.servers())
+    assert all(s.ready for s in warm.servers())
     batches = []
     for k in range(2):
         with ThreadPoolExecutor(2) as ex:
@@ -71,21 +72,22 @@ def test_warm_actors_start_in_under_a_second(stack, warm):
 
 def test_warm_actor_past_its_timeout_is_cancelled_and_replaced(stack, warm):
     from tasks.backends import ActorError
+    from tasks.workpool import protocol
 
-    before = {s["server_id"]: s for s in warm.servers() if not s["dead"]}
+    before = {s.server_id: s for s in warm.servers() if not s.dead}
     started = time.monotonic()
     with pytest.raises(ActorError) as info:
         warm.run(make_job(HANG, round_index=2), timeout_s=3.0)
     took = time.monotonic() - started
     assert info.value.timed_out and 3.0 <= took < 3.0 + MARGIN_S, took
-    [old] = [s for s in warm.servers() if s["dead"] and s["server_id"] in before]
-    marker = warm.store.get_obj(f"{warm.prefix}/servers/{old['server_id']}/ready")
+    [old] = [s for s in warm.servers() if s.dead and s.server_id in before]
+    marker = protocol.get(warm.store, warm.keys.ready(old.server_id), protocol.ProcessMarker)
     # Prefect cancelled the server's flow run and the worker killed its process.
-    assert wait_final(stack, old["flow_run_id"]).state.is_cancelled()
+    assert wait_final(stack, old.flow_run_id).state.is_cancelled()
     deadline = time.monotonic() + 30
-    while not gone(marker["pid"]) and time.monotonic() < deadline:
+    while not gone(marker.pid) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert gone(marker["pid"])
+    assert gone(marker.pid)
     # ... and a fresh warm server took its place; the next round runs warm on both.
     assert warm.wait_ready(2, timeout_s=180) == 2
     with ThreadPoolExecutor(2) as ex:
@@ -98,12 +100,13 @@ def test_warm_subflows_make_each_actor_its_own_flow_run(stack):
     from prefect import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
 
+    from models.config import WorkPoolBackendSpec
     from tasks.backends import make_backend
 
-    backend = make_backend("work-pool", "CartPole-v1", warm_actors=1, warm_subflows=True)
+    backend = make_backend(WorkPoolBackendSpec(warm_actors=1, warm_subflows=True), "CartPole-v1")
     try:
         batches = [backend.run(make_job(round_index=k), timeout_s=120) for k in range(2)]
-        server = backend.servers()[0]["flow_run_id"]
+        server = backend.servers()[0].flow_run_id
     finally:
         backend.close()
     assert [b.timings.cold_start for b in batches] == [False, False]
@@ -125,13 +128,14 @@ def test_warm_actors_that_would_fill_the_pool_are_refused(stack):
     """Idle warm servers hold pool slots: warm_actors >= the pool's concurrency limit would
     leave cold actors unstartable, so it fails before any server starts."""
     from deployments.local_stack import POOL
+    from models.config import WorkPoolBackendSpec
     from tasks.backends import make_backend
 
     servers_before = len(runs_of(stack, "actor-server"))
     stack.cli("work-pool", "set-concurrency-limit", POOL, "3")
     try:
         with pytest.raises(ValueError, match="concurrency limit 3"):
-            make_backend("work-pool", "CartPole-v1", warm_actors=3)
+            make_backend(WorkPoolBackendSpec(warm_actors=3), "CartPole-v1")
         assert len(runs_of(stack, "actor-server")) == servers_before
     finally:
         stack.cli("work-pool", "clear-concurrency-limit", POOL)

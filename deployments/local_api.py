@@ -108,7 +108,7 @@ def prefect_api(timeout_s: float = 120.0, while_starting: Callable[[], None] | N
     port = _free_port()
     api_url = f"http://127.0.0.1:{port}/api"
     env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    process = subprocess.Popen([sys.executable, "-m", "flows.local_api", "--port", str(port)], env=env)
+    process = subprocess.Popen([sys.executable, "-m", "deployments.local_api", "--port", str(port)], env=env)
     try:
         deadline = time.monotonic() + timeout_s
         if while_starting:
