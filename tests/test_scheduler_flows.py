@@ -144,7 +144,7 @@ def _summary(time_s, cost, reached, actors):
 
 
 def test_aggregate_mean_std_over_seeds():
-    from flows.experiments import aggregate
+    from models.experiment_stats import aggregate
 
     runs = [_summary(2.0, 0.1, True, [4, 4]), _summary(4.0, 0.3, False, [8, 8, 8])]
     row = aggregate("x", runs)
@@ -161,7 +161,7 @@ def test_aggregate_mean_std_over_seeds():
     ([3, 9], (3.0, 9.0, float("nan"))),
 ])
 def test_phases_are_thirds_of_the_run(actors, expected):
-    from flows.experiments import phases
+    from models.experiment_stats import phases
 
     got = phases(actors)
     for g, e in zip(got, expected, strict=True):
