@@ -163,3 +163,16 @@ def test_summary_record_drops_the_trace_and_keeps_json():
     assert [h["actors"] for h in record["history"]] == [4, 6]
     assert json.loads(json.dumps(record))["history"][1]["round_index"] == 1
     assert stripped({"max": [s]}) == {"max": [record]}
+
+
+def test_importing_the_statistics_loads_neither_prefect_nor_mlflow():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys\nimport models.experiment_stats\n"
+            "print(','.join(sorted(m for m in sys.modules if m.split('.')[0].startswith(('prefect', 'mlflow')))))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == ""
