@@ -308,7 +308,7 @@ def finetune_scheduler(
                            **options)
 
 
-# -- the command line (flows/experiments.py shares the workload options) -----------------------
+# -- the command line (flows/experiments/cli.py shares the workload options) -----------------------
 
 CLI_WORKLOAD = (("i_max", int), ("target_return", float), ("budget_usd", float), ("max_rounds", int),
                 ("fragment", int), ("ppo", json.loads), ("local_workers", int), ("tracking_uri", str))

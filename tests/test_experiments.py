@@ -93,7 +93,7 @@ def test_experiments_refuse_unknown_workload_before_any_run(prefect_api_url, mlf
       "max_rounds": 2, "fragment": 128, "local_workers": 1, "tracking_uri": "sqlite:///x.db"}),
 ])
 def test_transfer_command_line(monkeypatch, capsys, argv, expected):
-    import flows.experiments as experiments
+    from flows.experiments import cli
 
     seen = {}
 
@@ -101,9 +101,9 @@ def test_transfer_command_line(monkeypatch, capsys, argv, expected):
         seen.update(kwargs)
         return {"rows": [{"scheduler": "finetuned"}], "plot": "runs:/x/plots/p.png", "run_id": "x"}
 
-    monkeypatch.setattr(experiments, "scheduler_transfer", fake_transfer)
-    monkeypatch.setattr(experiments, "prefect_api", contextlib.nullcontext)
-    assert experiments.main(argv) == 0
+    monkeypatch.setattr(cli, "scheduler_transfer", fake_transfer)
+    monkeypatch.setattr(cli, "prefect_api", contextlib.nullcontext)
+    assert cli.main(argv) == 0
     assert seen == expected
     assert "runs:/x/plots/p.png" in capsys.readouterr().out
 
@@ -115,3 +115,54 @@ def test_learned_spec_names_the_packaged_scheduler():
 
     assert resolve_checkpoint(LEARNED) == shipped_checkpoint()  # finetune's source
     assert isinstance(make_scheduler(learned_spec(LEARNED), 32, 60, -100.0), LearnedScheduler)
+
+
+@pytest.mark.parametrize(("argv", "flow_name", "expected"), [
+    (["compare", "--seeds", "100", "101", "--i-max", "8"], "compare_schedulers",
+     {"seeds": [100, 101], "learned": "cartpole", "experiment": None, "i_max": 8}),
+    (["motivation", "--env", "Acrobot-v1", "--experiment-name", "m"], "motivation",
+     {"seeds": None, "experiment": "m", "env": "Acrobot-v1"}),
+    (["actors-curve", "--learned", "x.pt", "--ppo", '{"learning_rate": 0.001}'], "actors_curve",
+     {"seeds": None, "learned": "x.pt", "experiment": None, "ppo": {"learning_rate": 0.001}}),
+])
+def test_each_command_runs_its_flow(monkeypatch, capsys, argv, flow_name, expected):
+    from flows.experiments import cli
+
+    seen = {}
+
+    def fake(**kwargs):
+        seen.update(kwargs)
+        return {"rows": [{"scheduler": "learned", "time_s_mean": 1.5}], "plot": "runs:/y/plots/p.png",
+                "run_id": "y"}
+
+    monkeypatch.setattr(cli, flow_name, fake)
+    monkeypatch.setattr(cli, "prefect_api", contextlib.nullcontext)
+    assert cli.main(argv) == 0
+    assert seen == expected
+    assert "| learned | 1.5 |" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", [None, "compare", "motivation", "actors-curve", "transfer"])
+def test_help(capsys, command):
+    from flows.experiments import cli
+
+    with pytest.raises(SystemExit) as stop:
+        cli.main(([command] if command else []) + ["--help"])
+    assert stop.value.code == 0
+    assert "compare,motivation,actors-curve,transfer" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("entrypoint", "name"), [
+    ("flows/experiments/compare.py:compare_schedulers", "compare-schedulers"),
+    ("flows/experiments/motivation.py:motivation", "motivation"),
+    ("flows/experiments/actors_curve.py:actors_curve", "actors-curve"),
+    ("flows/experiments/transfer.py:scheduler_transfer", "scheduler-transfer"),
+])
+def test_each_flow_loads_from_its_own_file(monkeypatch, entrypoint, name):
+    """What a Prefect deployment's entrypoint names (run from the repository root)."""
+    from pathlib import Path
+
+    from prefect.flows import load_flow_from_entrypoint
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    assert load_flow_from_entrypoint(entrypoint).name == name

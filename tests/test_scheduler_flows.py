@@ -135,39 +135,6 @@ def test_learned_runs_uri_comes_from_trains_tracking_uri(mlflow_uri, tmp_path, m
         assert localise_scheduler_spec(plain, mlflow_uri, dest) == plain
 
 
-# -- the experiments' pure helpers (no Prefect run) ---------------------------------------------
-
-def _summary(time_s, cost, reached, actors):
-    return {"time_to_stop_s": time_s, "cost_usd": cost, "server_cluster_cost_usd": 10 * cost,
-            "rounds": len(actors), "target_reached": reached,
-            "history": [{"sched/actors": a} for a in actors]}
-
-
-def test_aggregate_mean_std_over_seeds():
-    from flows.experiments import aggregate
-
-    runs = [_summary(2.0, 0.1, True, [4, 4]), _summary(4.0, 0.3, False, [8, 8, 8])]
-    row = aggregate("x", runs)
-    assert row["runs"] == 2 and row["reached"] == 1
-    assert row["time_s_mean"] == pytest.approx(3.0) and row["time_s_std"] == pytest.approx(1.0)
-    assert row["cost_usd_mean"] == pytest.approx(0.2) and row["cost_usd_std"] == pytest.approx(0.1)
-    assert row["actors_mean"] == pytest.approx(6.0) and row["rounds_mean"] == pytest.approx(2.5)
-    assert aggregate("server", runs, cost_key="server_cluster_cost_usd")["cost_usd_mean"] == pytest.approx(2.0)
-
-
-@pytest.mark.parametrize(("actors", "expected"), [
-    ([32, 30, 8, 6, 20, 28], (31.0, 7.0, 24.0)),
-    ([5, 5, 5, 5], (5.0, 5.0, 5.0)),
-    ([3, 9], (3.0, 9.0, float("nan"))),
-])
-def test_phases_are_thirds_of_the_run(actors, expected):
-    from flows.experiments import phases
-
-    got = phases(actors)
-    for g, e in zip(got, expected, strict=True):
-        assert (math.isnan(g) and math.isnan(e)) or g == pytest.approx(e)
-
-
 @pytest.mark.parametrize(("env", "expected"), [("Acrobot-v1", -100.0), ("CartPole-v1", 475.0),
                                                ("Pendulum-v1", None), ("NoSuchEnv-v0", None)])
 def test_scheduler_training_falls_back_to_gymnasiums_threshold(env, expected):

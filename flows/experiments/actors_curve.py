@@ -1,0 +1,61 @@
+"""The learned scheduler's actor count I_k per round.
+
+    python -m flows.experiments actors-curve
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import matplotlib.pyplot as plt
+from prefect import flow
+
+from flows.experiments.common import LEARNED, Experiment, actor_steps, learned_spec
+from models.experiment_stats import mean_curve, mean_phases, phase_row, summary_record
+
+
+@flow(name="actors-curve", persist_result=False, validate_parameters=True)
+def actors_curve(
+    env: str = "CartPole-v1",
+    seeds: list[int] | None = None,
+    learned: str = LEARNED,
+    tracking_uri: str | None = None,
+    experiment: str | None = None,
+    checkpoint_dir: str | None = None,
+    **workload: Any,
+) -> dict[str, Any]:
+    """I_k per round of the learned scheduler (greedy), with the return it drove.
+
+    Reports the mean actor count over the first, middle and last third of each run: the paper
+    saw many, fewer, more; this reports what appears, it does not force a shape
+    (models/experiment_stats.py `phase_shape`).
+    `workload`: `train` parameters of every run.
+    """
+    seeds = [0, 1, 2, 3, 4] if seeds is None else seeds
+    with Experiment("actors_curve", env, {"seeds": seeds, "learned": learned}, workload, tracking_uri,
+                    experiment, checkpoint_dir) as exp:
+        runs = [exp.train(learned_spec(learned), seed) for seed in seeds]
+        rows = [phase_row(seed, s) for seed, s in zip(seeds, runs, strict=True)]
+        phase_means = list(mean_phases(rows))
+        exp.tracker.log_metrics({"phase/early_mean": phase_means[0], "phase/middle_mean": phase_means[1],
+                                 "phase/late_mean": phase_means[2]}, step=0)
+        fig, (ax_a, ax_r) = plt.subplots(1, 2, figsize=(12, 4))
+        for i, (seed, s) in enumerate(zip(seeds, runs, strict=True)):
+            actor_steps(ax_a, s, color=f"C{i}", alpha=0.8, label=f"seed {seed}")
+            ax_r.plot([h.mean_return for h in s.history], color=f"C{i}", alpha=0.8)
+        curve = mean_curve([[h.actors for h in s.history] for s in runs])
+        if curve:
+            ax_a.plot(range(len(curve)), curve, "k--", label="mean")
+        ax_a.set_xlabel("round k")
+        ax_a.set_ylabel("actors I_k")
+        ax_a.set_ylim(0, exp.setting("i_max") + 1)
+        ax_a.legend(fontsize=7)
+        ax_r.set_xlabel("round k")
+        ax_r.set_ylabel("mean episode return")
+        fig.suptitle(f"{env}: learned scheduler ({learned}); mean I over thirds of the run: "
+                     f"{phase_means[0]:.1f} / {phase_means[1]:.1f} / {phase_means[2]:.1f}", fontsize=9)
+        md = (f"Mean actors over the first/middle/last third of the runs: {phase_means[0]:.2f} / "
+              f"{phase_means[1]:.2f} / {phase_means[2]:.2f}. Shapes: "
+              + ", ".join(f"seed {r.seed}: {r.shape}" for r in rows))
+        out = exp.publish(fig, rows, md, {"runs": [summary_record(s) for s in runs]})
+        return {"rows": [r.as_dict() for r in rows], "phases": phase_means, **out}

@@ -1,0 +1,55 @@
+"""The experiments' command line: `python -m flows.experiments compare|motivation|actors-curve|transfer`.
+
+The workload options (--i-max, --target-return, ..., --tracking-uri) are flows/scheduler_flows.py's.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from deployments.local_api import prefect_api
+from flows.experiments.actors_curve import actors_curve
+from flows.experiments.common import LEARNED
+from flows.experiments.compare import compare_schedulers
+from flows.experiments.motivation import motivation
+from flows.experiments.transfer import scheduler_transfer
+from flows.scheduler_flows import add_workload_arguments, workload_arguments
+from models.experiment_stats import markdown_table
+
+COMMANDS = ("compare", "motivation", "actors-curve", "transfer")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m flows.experiments",
+                                description="Run one of the paper's experiments (BENCHMARKS.md).")
+    p.add_argument("experiment", choices=COMMANDS)
+    p.add_argument("--env", help="default: CartPole-v1 (transfer: Acrobot-v1)")
+    p.add_argument("--seeds", type=int, nargs="*", help="the runs' seeds (transfer: evaluation seeds)")
+    p.add_argument("--learned", default=LEARNED,
+                   help="scheduler checkpoint (path, packaged name or MLflow URI); transfer: the source")
+    p.add_argument("--finetune-episodes", type=int, default=10)
+    p.add_argument("--scratch-episodes", type=int, help="default: as many as --finetune-episodes")
+    p.add_argument("--batch-episodes", type=int, help="transfer: episodes per scheduler update (2)")
+    p.add_argument("--experiment-name")
+    add_workload_arguments(p)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    more = ("env", "batch_episodes") if args.experiment == "transfer" else ("env",)
+    options = {"experiment": args.experiment_name, **workload_arguments(args, *more)}
+    with prefect_api():
+        if args.experiment == "compare":
+            result = compare_schedulers(seeds=args.seeds, learned=args.learned, **options)
+        elif args.experiment == "motivation":
+            result = motivation(seeds=args.seeds, **options)
+        elif args.experiment == "actors-curve":
+            result = actors_curve(seeds=args.seeds, learned=args.learned, **options)
+        else:
+            result = scheduler_transfer(source=args.learned, finetune_episodes=args.finetune_episodes,
+                                        scratch_episodes=args.scratch_episodes, eval_seeds=args.seeds,
+                                        **options)
+    print(markdown_table(result["rows"]))
+    print(f"\nplot: {result['plot']} (MLflow parent run {result['run_id']})")
+    return 0

@@ -1,0 +1,129 @@
+"""What every experiment flow shares: the `Experiment` context (its MLflow parent run, the `train`
+runs nested under it, publishing the plot and tables) and the plot helpers.
+
+The statistics the flows publish are pure code in models/experiment_stats.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import inspect
+import json
+import os
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from prefect.artifacts import (  # noqa: E402
+    create_image_artifact,
+    create_markdown_artifact,
+    create_table_artifact,
+)
+
+from flows.tracking import RunTracker  # noqa: E402
+from flows.train import train  # noqa: E402
+from models.config import ConfigError  # noqa: E402
+from models.experiment_stats import AggregateRow, TableRow, finite_row, markdown_table  # noqa: E402
+from models.learned_scheduler import SHIPPED  # noqa: E402
+from models.session import RunSummary  # noqa: E402
+
+DEFAULT_EXPERIMENT = "minionsrl-experiments"
+LEARNED = SHIPPED  # the packaged CartPole-v1 scheduler ('learned:cartpole')
+SET_BY_EXPERIMENT = ("env", "scheduler", "seed", "tracking_uri", "experiment", "parent_run_id",
+                     "checkpoint_dir", "resume")
+"""`train` parameters an experiment sets itself; every other one may be given as workload."""
+TRAIN_DEFAULTS = {name: p.default for name, p in inspect.signature(train.fn).parameters.items()
+                  if name not in SET_BY_EXPERIMENT}
+
+
+def learned_spec(ref: str) -> str:
+    """The `train` scheduler for a learned-scheduler checkpoint (path, packaged name, MLflow URI)."""
+    return f"learned:{ref}"
+
+
+class Experiment:
+    """The parent MLflow run of one experiment flow, the `train` runs nested under it, and where
+    its plot and tables go. A context manager: the run ends FINISHED, or FAILED on an exception.
+
+    `workload` holds the `train` parameters every run of the experiment shares (i_max,
+    target_return, budget_usd, max_rounds, fragment, local_workers, ppo, ...; left out: the
+    env's preset); they are checked by name before the MLflow run starts.
+    """
+
+    def __init__(self, name: str, env: str, params: dict[str, Any], workload: dict[str, Any],
+                 tracking_uri: str | None, experiment: str | None, checkpoint_dir: str | None):
+        unknown = sorted(set(workload) - set(TRAIN_DEFAULTS))
+        if unknown:
+            raise ConfigError(f"{name}: unknown train parameter(s) {unknown}; valid: {sorted(TRAIN_DEFAULTS)}")
+        self.name, self.env, self.workload, self.checkpoint_dir = name, env, dict(workload), checkpoint_dir
+        self.tracker = RunTracker(tracking_uri)
+        self.experiment = experiment or DEFAULT_EXPERIMENT
+        self.run_id = self.tracker.start(self.experiment, f"{name}__{time.strftime('%Y%m%d-%H%M%S')}",
+                                         params={"env": env, **params, **self.workload},
+                                         tags={"minionsrl.kind": "experiment", "minionsrl.experiment": name})
+
+    def __enter__(self) -> Experiment:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.tracker.finish("FAILED" if exc_type else "FINISHED")
+
+    def setting(self, name: str) -> Any:
+        """A workload value as the runs get it (None: the env's preset)."""
+        return self.workload.get(name, TRAIN_DEFAULTS[name])
+
+    def train(self, scheduler: str, seed: int) -> RunSummary:
+        """A nested `train` run of this experiment's env and workload."""
+        return train(env=self.env, scheduler=scheduler, seed=seed, tracking_uri=self.tracker.tracking_uri,
+                     experiment=self.experiment, parent_run_id=self.run_id,
+                     checkpoint_dir=self.checkpoint_dir, **self.workload)
+
+    def publish(self, fig, rows: Sequence[TableRow], summary_md: str,
+                results: dict[str, Any]) -> dict[str, str]:
+        """The plot (MLflow + Prefect), the table (Prefect), results.json (MLflow: the table's
+        rows, then `results`)."""
+        key = self.name.replace("_", "-").lower()
+        table = [r.as_dict() for r in rows]
+        with tempfile.TemporaryDirectory() as tmp:
+            png = Path(tmp) / f"{self.name}.png"
+            fig.savefig(png, dpi=110, bbox_inches="tight")
+            plt.close(fig)
+            self.tracker.log_artifact(png, "plots")
+            data = Path(tmp) / "results.json"
+            data.write_text(json.dumps({"rows": table, **results}, indent=1, default=str, allow_nan=True))
+            self.tracker.log_artifact(data, "results")
+            encoded = base64.b64encode(png.read_bytes()).decode()
+        plot_uri = f"runs:/{self.run_id}/plots/{self.name}.png"
+        create_table_artifact([finite_row(r) for r in table], key=f"{key}-table", description=f"{self.name}: results")
+        create_markdown_artifact(
+            f"# {self.name}\n\n{summary_md}\n\n{markdown_table(table)}\n\n"
+            f"Plot: MLflow artifact `{plot_uri}` in `{self.tracker.tracking_uri}` "
+            f"(experiment `{self.experiment}`, run `{self.run_id}`).",
+            key=f"{key}-summary", description=f"{self.name}: summary")
+        create_image_artifact(f"data:image/png;base64,{encoded}", key=f"{key}-plot",
+                              description=f"{self.name}: plot")
+        return {"run_id": self.run_id, "plot": plot_uri}
+
+
+def bars(ax, rows: Sequence[AggregateRow], key: str, ylabel: str) -> None:
+    """`<key>_mean` per row as bars with `<key>_std` error bars."""
+    ax.bar([r.label for r in rows], [r.value(f"{key}_mean") for r in rows],
+           yerr=[r.value(f"{key}_std") for r in rows], capsize=4, color=[f"C{i}" for i in range(len(rows))])
+    ax.set_ylabel(ylabel)
+    ax.tick_params(axis="x", rotation=20)
+
+
+def actor_steps(ax, summary: RunSummary, **style: Any) -> None:
+    """I_k as a step line over rounds, the last round drawn to its end."""
+    actors = [h.actors for h in summary.history]
+    if actors:
+        ax.step(range(len(actors) + 1), actors + actors[-1:], where="post", **style)

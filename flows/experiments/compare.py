@@ -1,0 +1,86 @@
+"""The paper's Table 2: the learned scheduler vs Max vs Adapt vs the server-based fixed cluster.
+
+    python -m flows.experiments compare --seeds 0 1 2 3 4
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import matplotlib.pyplot as plt
+from prefect import flow, get_run_logger
+
+from flows.experiments.common import LEARNED, Experiment, bars, learned_spec
+from models.cost import PriceTable
+from models.experiment_stats import aggregate, metric_label, row_metrics, stripped
+from models.session import RunSummary
+
+
+@flow(name="compare-schedulers", persist_result=False, validate_parameters=True)
+def compare_schedulers(
+    env: str = "CartPole-v1",
+    seeds: list[int] | None = None,
+    learned: str = LEARNED,
+    baselines: list[str] | None = None,
+    tracking_uri: str | None = None,
+    experiment: str | None = None,
+    checkpoint_dir: str | None = None,
+    **workload: Any,
+) -> dict[str, Any]:
+    """Time (sum of P_k) and cost to J for the learned scheduler, Max, Adapt and the server-based
+    fixed cluster, mean and std over seeds (the paper's Table 2; BENCHMARKS.md).
+
+    The server-based row is Fixed(32) (the paper's cluster has 32 actor cores), timed as it runs
+    and billed as the server cluster (summary `server_cluster_cost_usd`, which includes its
+    billed start-up); when i_max is 32 these are the Max runs themselves.
+    IMPACT is not run here (no asynchronous learner exists yet).
+    `workload`: `train` parameters of every run (i_max, target_return, budget_usd, ...).
+    """
+    logger = get_run_logger()
+    seeds = [0, 1, 2, 3, 4] if seeds is None else seeds
+    baselines = ["max", "adapt"] if baselines is None else baselines
+    with Experiment("compare_schedulers", env, {"seeds": seeds, "learned": learned, "baselines": baselines},
+                    workload, tracking_uri, experiment, checkpoint_dir) as exp:
+        i_max = exp.setting("i_max")
+        server_cores = PriceTable.load().server_actor_cores
+        server_spec = "max" if i_max == server_cores else f"fixed:{min(server_cores, i_max)}"
+        specs = {"learned": learned_spec(learned)}
+        specs.update({b: b for b in baselines})
+        if server_spec not in specs.values():
+            specs[server_spec] = server_spec
+        runs: dict[str, list[RunSummary]] = {label: [] for label in specs}
+        for seed in seeds:
+            for label, spec in specs.items():
+                s = exp.train(spec, seed)
+                runs[label].append(s)
+                logger.info("%s seed %d: %s in %d rounds, time %.2fs, cost $%.5f", label, seed,
+                            s.stop_reason, s.rounds, s.time_to_stop_s, s.cost_usd)
+        server_label = next(label for label, spec in specs.items() if spec == server_spec)
+        rows = [aggregate(label, runs[label]) for label in specs]
+        rows.append(aggregate("server cluster", runs[server_label], cost_key="server_cluster_cost_usd"))
+        by = {r.label: r for r in rows}
+        metrics = row_metrics(rows, ("time_s_mean", "time_s_std", "cost_usd_mean", "cost_usd_std"))
+        metrics.update({f"{metric_label(r.label)}/reached_frac": r.reached_frac for r in rows})
+        checks = {}
+        if "max" in by:
+            metrics["learned_vs_max/cost_ratio"] = by["learned"].cost_usd_mean / by["max"].cost_usd_mean
+            metrics["learned_vs_max/time_ratio"] = by["learned"].time_s_mean / by["max"].time_s_mean
+            checks["cost <= 0.56 x Max"] = metrics["learned_vs_max/cost_ratio"] <= 0.56
+            checks["time <= 1.1 x Max"] = metrics["learned_vs_max/time_ratio"] <= 1.1
+        if "adapt" in by:
+            metrics["learned_vs_adapt/time_ratio"] = by["learned"].time_s_mean / by["adapt"].time_s_mean
+            checks["time < Adapt"] = metrics["learned_vs_adapt/time_ratio"] < 1.0
+        exp.tracker.log_metrics(metrics, step=0)
+
+        fig, (ax_t, ax_c) = plt.subplots(1, 2, figsize=(11, 4))
+        bars(ax_t, rows, "time_s", "time to stop, sum of P_k (s)")
+        bars(ax_c, rows, "cost_usd", "cost (USD)")
+        ax_c.set_yscale("log")
+        fig.suptitle(f"{env}: schedulers over seeds {seeds} (mean ± std; reached J: "
+                     + ", ".join(f"{r.label} {r.reached}/{r.runs}" for r in rows) + ")",
+                     fontsize=9)
+        md = ("Time is the sum of P_k (one core per actor); serverless cost bills execution "
+              "seconds; the server cluster is billed for start-up and all wall time.\n\n"
+              + "\n".join(f"- {k}: {'yes' if v else 'no'}" for k, v in checks.items()))
+        out = exp.publish(fig, rows, md, {"metrics": metrics, "checks": checks, "runs": stripped(runs)})
+        return {"rows": [r.as_dict() for r in rows], "metrics": metrics, "checks": checks, **out, "runs": runs}

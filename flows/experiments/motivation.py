@@ -1,0 +1,63 @@
+"""The CartPole-v1 motivation: Fixed vs Increase vs Decrease at an equal actor budget.
+
+    python -m flows.experiments motivation
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+from prefect import flow
+
+from flows.experiments.common import Experiment, actor_steps, bars
+from models.experiment_stats import actor_rounds, aggregate, mean_std, row_metrics, stripped
+
+
+@flow(name="motivation", persist_result=False, validate_parameters=True)
+def motivation(
+    env: str = "CartPole-v1",
+    seeds: list[int] | None = None,
+    n: int = 8,
+    step: int = 2,
+    every: int = 2,
+    max_rounds: int = 12,
+    tracking_uri: str | None = None,
+    experiment: str | None = None,
+    checkpoint_dir: str | None = None,
+    **workload: Any,
+) -> dict[str, Any]:
+    """Fixed(n) vs Increase vs Decrease (step actors every `every` rounds) at the same total
+    actor budget over max_rounds rounds (the schedulers of models/schedulers.py). A run that
+    reaches J stops early, so the table also reports the actor-rounds each actually used.
+    `workload`: other `train` parameters."""
+    seeds = [0, 1, 2] if seeds is None else seeds
+    specs = {"fixed": f"fixed:{n}", "increase": f"increase:{n}:{step}:{every}",
+             "decrease": f"decrease:{n}:{step}:{every}"}
+    with Experiment("motivation", env, {"seeds": seeds, "specs": specs}, {**workload, "max_rounds": max_rounds},
+                    tracking_uri, experiment, checkpoint_dir) as exp:
+        runs = {label: [exp.train(spec, seed) for seed in seeds] for label, spec in specs.items()}
+        rows = [aggregate(label, summaries).with_columns(
+                    actor_rounds_mean=mean_std([actor_rounds(s) for s in summaries])[0])
+                for label, summaries in runs.items()]
+        exp.tracker.log_metrics(row_metrics(rows, ("time_s_mean", "cost_usd_mean", "actor_rounds_mean")), step=0)
+        fig, (ax_r, ax_a, ax_t) = plt.subplots(1, 3, figsize=(15, 4))
+        for i, (label, summaries) in enumerate(runs.items()):
+            for j, s in enumerate(summaries):
+                t = np.cumsum([h.round_s for h in s.history])
+                ax_r.plot(t, [h.mean_return for h in s.history], color=f"C{i}",
+                          alpha=0.7, label=label if j == 0 else None)
+            actor_steps(ax_a, summaries[0], color=f"C{i}", label=label)
+        ax_r.set_xlabel("sum of P_k (s)")
+        ax_r.set_ylabel("mean episode return")
+        ax_r.legend()
+        ax_a.set_xlabel("round")
+        ax_a.set_ylabel(f"actors (seed {seeds[0]})")
+        ax_a.legend()
+        bars(ax_t, rows, "time_s", "time to stop, sum of P_k (s)")
+        fig.suptitle(f"{env}: Fixed({n}) vs Increase vs Decrease (±{step} every {every} rounds, "
+                     f"equal actor budget over {max_rounds} rounds)", fontsize=9)
+        md = "Equal total actor budget over max_rounds; runs stop at J, see actor_rounds_mean."
+        out = exp.publish(fig, rows, md, {"runs": stripped(runs)})
+        return {"rows": [r.as_dict() for r in rows], "runs": runs, **out}

@@ -1,0 +1,90 @@
+"""Scheduler transfer: fine-tune the packaged CartPole-v1 scheduler on another env vs train one
+there from scratch (flows/scheduler_flows.py), then evaluate both.
+
+    python -m flows.experiments transfer --env Acrobot-v1
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+from prefect import flow, get_run_logger
+
+from flows.experiments.common import LEARNED, Experiment, bars, learned_spec
+from flows.scheduler_flows import WORKLOAD_KEYS, finetune_scheduler, scheduler_target, train_scheduler
+from models.config import ConfigError
+from models.experiment_stats import aggregate, row_metrics, stripped
+
+
+@flow(name="scheduler-transfer", persist_result=False, validate_parameters=True)
+def scheduler_transfer(
+    env: str = "Acrobot-v1",
+    source: str = LEARNED,
+    finetune_episodes: int = 10,
+    scratch_episodes: int | None = None,
+    batch_episodes: int = 2,
+    eval_seeds: list[int] | None = None,
+    target_return: float | None = None,
+    seed: int = 0,
+    tracking_uri: str | None = None,
+    experiment: str | None = None,
+    checkpoint_dir: str | None = None,
+    **workload: Any,
+) -> dict[str, Any]:
+    """Fine-tune `source` (default the packaged CartPole-v1 scheduler) on `env` for
+    `finetune_episodes` against a scheduler trained there from scratch for `scratch_episodes`
+    (default: as many; the paper: 10 vs 100), then evaluate both greedy, and the untouched
+    source zero-shot, on the held-out eval_seeds. Reports scheduler-training wall time.
+
+    Both trainings see the same workload seeds (seed + episode); J is target_return, else the
+    env's preset target, else gymnasium's reward_threshold (Acrobot-v1: -100), for the training
+    episodes and the evaluation alike. `workload`: the scheduler workload's other `train`
+    parameters (i_max, budget_usd, max_rounds, fragment, ppo, local_workers).
+    """
+    logger = get_run_logger()
+    unknown = sorted(set(workload) - set(WORKLOAD_KEYS))
+    if unknown:
+        raise ConfigError(f"scheduler-transfer: unknown workload parameter(s) {unknown}; valid: {WORKLOAD_KEYS}")
+    eval_seeds = [1000, 1001, 1002] if eval_seeds is None else eval_seeds
+    scratch_episodes = finetune_episodes if scratch_episodes is None else scratch_episodes
+    work = {**workload, "target_return": target_return}
+    work["target_return"] = scheduler_target(env, work)
+    with Experiment("scheduler_transfer", env, {"source": source, "finetune_episodes": finetune_episodes,
+                                                "scratch_episodes": scratch_episodes, "eval_seeds": eval_seeds},
+                    work, tracking_uri, experiment, checkpoint_dir) as exp:
+        common = {"env": env, "batch_episodes": batch_episodes, "seed": seed,
+                  "tracking_uri": exp.tracker.tracking_uri, "checkpoint_dir": checkpoint_dir, **work}
+        trained = {"finetuned": finetune_scheduler(source=source, episodes=finetune_episodes, **common),
+                   "scratch": train_scheduler(episodes=scratch_episodes, **common)}
+        logger.info("scheduler training wall time: fine-tune %.0fs, scratch %.0fs",
+                    trained["finetuned"]["wall_s"], trained["scratch"]["wall_s"])
+        candidates = {"finetuned": trained["finetuned"]["checkpoint"], "scratch": trained["scratch"]["checkpoint"],
+                      "zero-shot": source}
+        evals = {label: [exp.train(learned_spec(ref), s) for s in eval_seeds] for label, ref in candidates.items()}
+        rows = [aggregate(label, summaries).with_columns(
+                    scheduler_training_wall_s=trained[label]["wall_s"] if label in trained else 0.0,
+                    scheduler_episodes=trained[label]["episodes_done"] if label in trained else 0)
+                for label, summaries in evals.items()]
+        exp.tracker.log_metrics(row_metrics(rows, ("time_s_mean", "cost_usd_mean", "scheduler_training_wall_s")),
+                                step=0)
+        fig, (ax_l, ax_t, ax_c) = plt.subplots(1, 3, figsize=(15, 4))
+        for i, (label, res) in enumerate(trained.items()):
+            ax_l.plot([e["episode"] for e in res["episodes"]], [e["episode/reward"] for e in res["episodes"]],
+                      "o-", color=f"C{i}", label=f"{label} ({res['wall_s']:.0f}s)")
+        ax_l.set_xlabel("scheduler episode")
+        ax_l.set_ylabel("episode reward")
+        ax_l.legend()
+        bars(ax_t, rows, "time_s", "time to stop, sum of P_k (s)")
+        bars(ax_c, rows, "cost_usd", "cost (USD)")
+        fig.suptitle(f"{env} (J = {work['target_return']}): fine-tune {Path(source).name} for {finetune_episodes} "
+                     f"episodes vs {scratch_episodes} from scratch; evaluated greedy on seeds {eval_seeds}",
+                     fontsize=9)
+        tuned, scratch = trained["finetuned"], trained["scratch"]
+        saved = 1 - tuned["wall_s"] / scratch["wall_s"] if scratch["wall_s"] > 0 else math.nan
+        md = (f"Scheduler training wall time: fine-tune {tuned['wall_s']:.0f}s vs scratch "
+              f"{scratch['wall_s']:.0f}s ({saved:.0%} less).")
+        out = exp.publish(fig, rows, md, {"finetune": tuned, "scratch": scratch, "evals": stripped(evals)})
+        return {"rows": [r.as_dict() for r in rows], "finetune": tuned, "scratch": scratch, **out}
