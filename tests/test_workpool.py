@@ -101,13 +101,13 @@ def test_cold_actors_are_their_own_flow_runs_on_the_process_pool(stack):
     assert len({r.infrastructure_pid for r in runs}) == 2  # two processes
     for batch in batches:
         t = batch.timings
-        assert t["cold_start"] == 1.0 and batch.steps == 64
-        assert t["dispatched_at"] == t["started_at"] < t["body_at"] <= t["sampled_at"] < t["received_at"]
+        assert t.cold_start is True and batch.steps == 64
+        assert t.dispatched_at == t.started_at < t.body_at <= t.sampled_at < t.received_at
         # P^a's parts add up to the actor's whole time, hand-off to batch back
-        parts = t["startup_s"] + t["weight_load_s"] + t["sampling_s"] + (t["received_at"] - t["sampled_at"])
-        assert abs(parts - (t["received_at"] - t["dispatched_at"])) < 0.05
-        print(f"cold actor: start-up {t['startup_s']:.2f} s (infrastructure {t['infra_startup_s']:.2f} s), "
-              f"weights {t['weight_load_s'] * 1e3:.1f} ms, sampling {t['sampling_s']:.2f} s")
+        parts = t.startup_s + t.weight_load_s + t.sampling_s + (t.received_at - t.sampled_at)
+        assert abs(parts - (t.received_at - t.dispatched_at)) < 0.05
+        print(f"cold actor: start-up {t.startup_s:.2f} s (infrastructure {t.infra_startup_s:.2f} s), "
+              f"weights {t.weight_load_s * 1e3:.1f} ms, sampling {t.sampling_s:.2f} s")
 
 
 def test_cold_actor_killed_mid_rollout(stack):

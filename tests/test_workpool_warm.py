@@ -62,9 +62,9 @@ def test_warm_actors_start_in_under_a_second(stack, warm):
                                                            timeout_s=60), range(2)))
     for batch in batches:
         t = batch.timings
-        assert t["cold_start"] == 0.0
-        print(f"warm actor: start-up {t['startup_s'] * 1e3:.0f} ms (infrastructure "
-              f"{t['infra_startup_s'] * 1e3:.0f} ms)")
+        assert t.cold_start is False
+        print(f"warm actor: start-up {t.startup_s * 1e3:.0f} ms (infrastructure "
+              f"{t.infra_startup_s * 1e3:.0f} ms)")
     assert max(b.timings.startup_s for b in batches) < 1.0
     # the servers ran both rounds' actors: no actor flow run was started for them
     assert runs_of(stack, "actor") == []
