@@ -18,9 +18,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -58,6 +60,21 @@ def limit_only_http_requests() -> None:
         return await limited(self, scope, receive, send)
 
     server.RequestLimitMiddleware.__call__ = call
+
+
+def exit_with_parent(parent_pid: int, poll_s: float = 0.5) -> threading.Thread:
+    """End this server when the process that started it is gone, however that process ended
+    (a SIGKILL runs no clean-up, and the server would otherwise listen on for ever)."""
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(poll_s)
+        os.kill(os.getpid(), signal.SIGTERM)  # uvicorn's graceful shutdown
+        time.sleep(5.0)
+        os._exit(0)
+
+    thread = threading.Thread(target=watch, name="exit-with-parent", daemon=True)
+    thread.start()
+    return thread
 
 
 def serve(port: int, all_services: bool = False) -> None:
@@ -108,7 +125,8 @@ def prefect_api(timeout_s: float = 120.0, while_starting: Callable[[], None] | N
     port = _free_port()
     api_url = f"http://127.0.0.1:{port}/api"
     env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    process = subprocess.Popen([sys.executable, "-m", "deployments.local_api", "--port", str(port)], env=env)
+    process = subprocess.Popen([sys.executable, "-m", "deployments.local_api", "--port", str(port),
+                                "--parent-pid", str(os.getpid())], env=env)
     try:
         deadline = time.monotonic() + timeout_s
         if while_starting:
@@ -161,5 +179,8 @@ if __name__ == "__main__":
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--all-services", action="store_true",
                         help="run every server service, as `prefect server start` does")
+    parser.add_argument("--parent-pid", type=int, help="exit when this process (the one that started us) is gone")
     args = parser.parse_args()
+    if args.parent_pid:
+        exit_with_parent(args.parent_pid)
     serve(args.port, args.all_services)

@@ -25,6 +25,7 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 
 from prefect import flow, get_run_logger, unmapped  # noqa: E402
+from prefect.runtime import flow_run as flow_run_context  # noqa: E402
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings  # noqa: E402
 from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
 
@@ -245,11 +246,16 @@ def train(
 def start_tracking(session: TrainingSession, tracker: RunTracker, setup: RunSetup) -> None:
     """A new MLflow run with the configuration as params, or the resumed run reopened."""
     cfg = session.cfg
+    this_flow_run = str(flow_run_context.id) if flow_run_context.id else None
     if setup.checkpoint is not None:
         session.load(setup.checkpoint)
+        mark_crashed(session.progress.flow_run_ids)
         tracker.start("", "", {}, run_id=session.run_id)
         if setup.changes:
             tracker.set_tags({"minionsrl.resume_changes": json.dumps(setup.changes, default=str)})
+        if this_flow_run:
+            session.progress.flow_run_ids.append(this_flow_run)
+            tracker.set_tags({"prefect.flow_run_id": this_flow_run})
         get_run_logger().info("resuming run %s at round %d", session.run_id, session.round_index)
         return
     run_name = f"{cfg.env_id}__{session.scheduler.name}__{cfg.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
@@ -258,7 +264,28 @@ def start_tracking(session: TrainingSession, tracker: RunTracker, setup: RunSetu
         tags["mlflow.parentRunId"] = cfg.parent_run_id
     if setup.scheduler_source:  # the MLflow URI the local copy came from
         tags["minionsrl.scheduler_source"] = setup.scheduler_source
+    if this_flow_run:
+        tags["prefect.flow_run_id"] = this_flow_run
+        session.progress.flow_run_ids.append(this_flow_run)
     session.progress.run_id = tracker.start(cfg.experiment, run_name, params=cfg.to_dict(), tags=tags)
+
+
+def mark_crashed(flow_run_ids: list[str]) -> None:
+    """The flow runs of earlier attempts that died without a final state (a SIGKILL leaves a
+    flow run Running for ever) are marked Crashed when the run is resumed."""
+    from prefect import get_client
+    from prefect.states import Crashed
+
+    with get_client(sync_client=True) as client:
+        for flow_run_id in flow_run_ids:
+            try:
+                run = client.read_flow_run(flow_run_id)
+            except Exception:  # ObjectNotFound: another Prefect API, or a deleted run
+                continue
+            if run.state is not None and not run.state.is_final():
+                client.set_flow_run_state(flow_run_id, Crashed(message="the training process died; "
+                                                               "the run was resumed by a later flow run"),
+                                          force=True)
 
 
 def settle_crashed_round(session: TrainingSession, checkpoint: RunCheckpoint, tracker: RunTracker,

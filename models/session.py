@@ -106,6 +106,8 @@ class RunProgress:
     """Billed cost of round attempts a crash cut short (models/journal.py), in spent_usd too."""
     billed_attempts: list[str] = field(default_factory=list)
     """Ids of the lost attempts already billed: each is billed once."""
+    flow_run_ids: list[str] = field(default_factory=list)
+    """The orchestrator's runs (Prefect flow runs) that worked on this run, oldest first."""
 
 
 class TrainingSession:

@@ -81,3 +81,13 @@ def test_a_real_sigkill_between_checkpoint_and_mlflow_record(prefect_api_url, ml
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     check_consistent(client, run.info.run_id, checkpoint, 3)
     assert client.get_run(run.info.run_id).info.status == "FINISHED"
+    # The killed process's flow run was left Running; the resume marked it Crashed.
+    from prefect import get_client
+
+    from models.checkpoint import load_run_checkpoint
+
+    killed_run, resumed_run = load_run_checkpoint(checkpoint).progress["flow_run_ids"]
+    assert client.get_run(run.info.run_id).data.tags["prefect.flow_run_id"] == resumed_run
+    with get_client(sync_client=True) as prefect:
+        assert prefect.read_flow_run(killed_run).state.type.value == "CRASHED"
+        assert prefect.read_flow_run(resumed_run).state.is_completed()

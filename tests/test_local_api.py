@@ -32,3 +32,38 @@ def test_clients_of_the_temporary_api_skip_csrf_tokens(prefect_api_url):
 
     assert not PREFECT_SERVER_CSRF_PROTECTION_ENABLED.value()
     assert PREFECT_CLIENT_CSRF_SUPPORT_ENABLED.value() is False
+
+
+def test_the_temporary_api_dies_with_the_process_that_started_it(tmp_path):
+    """SIGKILL of the process that started a temporary API (no clean-up runs) takes the API down."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env["PREFECT_HOME"] = str(tmp_path)
+    starter = subprocess.Popen(
+        [sys.executable, "-c", "import time\nfrom deployments.local_api import prefect_api\n"
+         "with prefect_api() as url:\n    print(url, flush=True)\n    time.sleep(600)\n"],
+        env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        url = starter.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:"), url
+        with urllib.request.urlopen(f"{url}/health", timeout=5) as reply:
+            assert reply.status == 200
+        os.kill(starter.pid, signal.SIGKILL)
+        starter.wait(timeout=10)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(f"{url}/health", timeout=1).close()
+            except OSError:
+                break  # refused: the server is gone
+            time.sleep(0.3)
+        else:
+            raise AssertionError(f"{url} still answers 15 s after the process that started it was killed")
+    finally:
+        starter.kill()
