@@ -27,6 +27,8 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 
+from models.errors import ConfigError
+
 
 def patch_sqlite_write_transactions() -> None:
     """Begin every SQLite write transaction IMMEDIATE (see module docstring)."""
@@ -118,6 +120,9 @@ def prefect_api(timeout_s: float = 120.0, while_starting: Callable[[], None] | N
     """
     existing = os.environ.get("PREFECT_API_URL")
     if existing:
+        if not _healthy(existing):  # fail in seconds, naming it, rather than after retries
+            raise ConfigError(f"the Prefect API at PREFECT_API_URL={existing} does not answer /health; "
+                              "start it, or unset PREFECT_API_URL to use a temporary local one")
         if while_starting:
             while_starting()
         yield existing

@@ -9,6 +9,7 @@ Each round is a `train-round` subflow. Run it with embedded defaults:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -408,7 +409,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     summaries = []
-    with prefect_api(while_starting=warm_up):
+    try:
+        api = prefect_api(while_starting=warm_up)
+        api.__enter__()
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    with contextlib.ExitStack() as stack:
+        stack.push(api)
         for seed in seeds:
             summaries.append(train(**args, seed=seed))
     for s in summaries:
