@@ -270,8 +270,10 @@ class TrainingSession:
         p.round_index += 1
         if not math.isnan(ret) and ret >= self.cfg.target_return:
             p.stop_reason = STOP_TARGET
+            p.stop_detail = f"target: round {p.round_index - 1} returned {ret:.4g} >= J={self.cfg.target_return:g}"
         elif p.round_index >= self.cfg.max_rounds:
             p.stop_reason = STOP_MAX_ROUNDS
+            p.stop_detail = f"max_rounds: K={self.cfg.max_rounds} rounds run"
         return metrics
 
     def summary(self, tracking_uri: str = "", checkpoint: str = "") -> RunSummary:
