@@ -94,27 +94,35 @@ def test_bad_input_fails_before_any_actor_or_run(prefect_api_url, mlflow_uri, tm
     assert runs == []
 
 
-def test_budget_stops_before_a_round_whose_cost_bound_does_not_fit(prefect_api_url, mlflow_uri, tmp_path):
+def test_budget_admits_a_round_only_when_its_cost_bound_fits(prefect_api_url, mlflow_uri, tmp_path):
     from flows.train import train
 
     first = train(env="CartPole-v1", scheduler="fixed:2", max_rounds=1, fragment=128, seed=1,
                   tracking_uri=mlflow_uri, checkpoint_dir=str(tmp_path / "a"))
-    budget = first.history[0].bound_usd * 1.5  # round 0 fits; a few more may
-    summary = train(env="CartPole-v1", scheduler="fixed:2", max_rounds=50, fragment=128, seed=1,
-                    budget_usd=budget, target_return=10_000.0, tracking_uri=mlflow_uri,
+    round_zero_bound = first.history[0].bound_usd
+    assert first.cost_usd <= round_zero_bound
+
+    # B below round 0's bound: the run stops before any actor starts, and says so
+    refused = train(env="CartPole-v1", scheduler="fixed:2", max_rounds=5, fragment=128, seed=1,
+                    budget_usd=round_zero_bound * 0.4, tracking_uri=mlflow_uri,
                     checkpoint_dir=str(tmp_path / "b"))
-    assert summary.stop_reason == "budget_spent"
-    assert 1 <= summary.rounds < 50
+    assert (refused.stop_reason, refused.rounds, refused.cost_usd) == ("budget_spent", 0, 0.0)
+    assert refused.stop_detail.startswith("budget: round 0 not started")
+    tags = MlflowClient(mlflow_uri).get_run(refused.run_id).data.tags
+    assert tags["minionsrl.stop_reason"] == "budget_spent" and tags["minionsrl.stop_detail"] == refused.stop_detail
+    assert tags["minionsrl.learner_device"] == refused.learner_device
+
+    # B a little above it: every round started fitted its bound in what was left, and cost no more
+    budget = round_zero_bound * 1.5
+    summary = train(env="CartPole-v1", scheduler="fixed:2", max_rounds=6, fragment=128, seed=1,
+                    budget_usd=budget, target_return=10_000.0, tracking_uri=mlflow_uri,
+                    checkpoint_dir=str(tmp_path / "c"))
+    assert summary.stop_reason in ("budget_spent", "max_rounds") and summary.rounds >= 1
     assert summary.cost_usd <= budget
     costs = [r.cost_usd for r in summary.history]
-    # every round was started only when its bound fitted in what was left, and cost no more
     for k, record in enumerate(summary.history):
         assert record.bound_usd <= budget - sum(costs[:k]) + 1e-15
         assert record.cost_usd <= record.bound_usd
-    assert f"round {summary.rounds} not started" in summary.stop_detail
-    tags = MlflowClient(mlflow_uri).get_run(summary.run_id).data.tags
-    assert tags["minionsrl.stop_reason"] == "budget_spent" and tags["minionsrl.stop_detail"] == summary.stop_detail
-    assert tags["minionsrl.learner_device"] == summary.learner_device
 
 
 def test_a_crashed_run_resumes_without_losing_a_round(prefect_api_url, mlflow_uri, tmp_path,
