@@ -117,6 +117,7 @@ def episode_metrics(summary: dict[str, Any], rewards: np.ndarray) -> dict[str, f
         "episode/time_to_stop_s": summary.time_to_stop_s,
         "episode/cost_usd": summary.cost_usd,
         "episode/server_cluster_cost_usd": summary.server_cluster_cost_usd,
+        "episode/server_cluster_cost_no_startup_usd": summary.server_cluster_cost_no_startup_usd,
         "episode/rounds": float(summary.rounds),
         "episode/target_reached": float(summary.target_reached),
         "episode/best_return": summary.best_return,

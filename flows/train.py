@@ -165,7 +165,8 @@ def train(
             learned[:<path, packaged name or MLflow URI>][:sample]; an MLflow URI is downloaded
             from this run's tracking_uri (into checkpoint_dir/scheduler-artifacts).
         target_return: J; training stops once a round's mean episode return reaches it.
-        budget_usd: B; a round the last round's cost says would overspend is not run.
+        budget_usd: B, a hard limit: a round starts only when an upper bound of its cost fits in
+            what is left (round 0 included; models/budget.py).
         max_rounds: K; at most this many rounds.
         i_max: largest actor count a scheduler may choose (default 32).
         fragment: env steps each actor samples per round.
@@ -226,11 +227,19 @@ def train(
         final = session.save_policy(ckpt_path.with_name("final_policy.pt"))
         tracker.log_artifact(final, "policy")
         summary = session.summary(tracking_uri=tracker.tracking_uri, checkpoint=str(ckpt_path))
-        tracker.set_tags({"minionsrl.stop_reason": str(session.stop_reason)})
+        tracker.set_tags({"minionsrl.stop_reason": str(session.stop_reason),
+                          "minionsrl.stop_detail": summary.stop_detail,
+                          "minionsrl.learner_device": summary.learner_device})
         tracker.log_metrics({"summary/target_reached": float(summary.target_reached),
                              "summary/time_to_stop_s": summary.time_to_stop_s,
                              "summary/cost_usd": summary.cost_usd,
-                             "summary/server_cluster_cost_usd": summary.server_cluster_cost_usd},
+                             "summary/actors_usd": summary.actors_cost_usd,
+                             "summary/learner_usd": summary.learner_cost_usd,
+                             "summary/startup_usd": summary.startup_cost_usd,
+                             "summary/projected_aci_startup_usd": summary.projected_aci_startup_usd,
+                             "summary/server_cluster_cost_usd": summary.server_cluster_cost_usd,
+                             "summary/server_cluster_cost_no_startup_usd":
+                                 summary.server_cluster_cost_no_startup_usd},
                             step=session.round_index)
         status = "FINISHED"
         logger.info("stopped: %s after %d rounds; MLflow run %s in %s", session.stop_reason,
@@ -260,7 +269,8 @@ def start_tracking(session: TrainingSession, tracker: RunTracker, setup: RunSetu
         get_run_logger().info("resuming run %s at round %d", session.run_id, session.round_index)
         return
     run_name = f"{cfg.env_id}__{session.scheduler.name}__{cfg.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
-    tags = {"minionsrl.scheduler": session.scheduler.name, "minionsrl.backend": cfg.backend.name}
+    tags = {"minionsrl.scheduler": session.scheduler.name, "minionsrl.backend": cfg.backend.name,
+            "minionsrl.learner_device": session.learner_device}
     if cfg.parent_run_id:
         tags["mlflow.parentRunId"] = cfg.parent_run_id
     if setup.scheduler_source:  # the MLflow URI the local copy came from
@@ -320,8 +330,7 @@ def run_rounds(session: TrainingSession, backend: ActorBackend, tracker: RunTrac
             k = session.round_index
             actors = schedule(session.scheduler, session.state())
             if not session.admit_round(actors):
-                logger.info("round %d not started: its estimated cost exceeds the $%.6f left",
-                            k, session.budget_left_usd)
+                logger.info("stopped by the %s", session.progress.stop_detail)
                 break
             chaos_point("round_start", k)
             journal.begin(k, actors)
@@ -423,7 +432,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"seed {s.seed}: {s.stop_reason} after {s.rounds} rounds, "
               f"final return {s.final_return:.1f}, {s.env_steps} env steps, "
               f"time to stop (sum P_k) {s.time_to_stop_s:.1f}s, wall {s.wall_time_s:.1f}s, "
-              f"cost ${s.cost_usd:.5f} (server cluster ${s.server_cluster_cost_usd:.3f})")
+              f"cost ${s.cost_usd:.5f} (learner on {s.learner_device}; server cluster "
+              f"${s.server_cluster_cost_usd:.3f} with its start-up, "
+              f"${s.server_cluster_cost_no_startup_usd:.3f} without)")
     if summaries:
         print(f"\nMLflow store: {summaries[0].tracking_uri}\n"
               f"  look: mlflow ui --backend-store-uri {summaries[0].tracking_uri} "

@@ -4,6 +4,9 @@ Two round times are kept apart and labelled:
 - time/round_s (P_k): learner time plus the slowest actor's own duration, i.e. the round as it
   would run with one core per actor;
 - time/round_wall_s: what the clock on this machine saw, including any wait for a free core.
+
+Cost is billed by models/cost.py bill_round: cost/round_usd = cost/actors_usd + cost/learner_usd
++ cost/startup_usd exactly; cost/projected_aci_startup_usd is a projection, never billed.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import math
 
 import numpy as np
 
-from models.cost import PriceTable, round_cost, round_time
+from models.cost import PriceTable, bill_round, round_time
 from models.rollout import RolloutBatch
 from models.timings import OPTIONAL_FIGURES, PHASE_NAMES, ActorPhases
 
@@ -38,12 +41,25 @@ def mean_return(batches: list[RolloutBatch]) -> float:
     return float(np.mean(returns)) if returns else math.nan
 
 
+def actor_billed_s(batches: list[RolloutBatch], failed_billed_s: list[float] | None = None) -> list[float]:
+    """Billed seconds of each actor of a round: its duration P^a plus its failed attempts, then
+    one entry per actor that failed every attempt."""
+    return ([ActorPhases.of(b.timings).duration_s + b.timings.failed_attempts_billed_s for b in batches]
+            + list(failed_billed_s or []))
+
+
 def round_metrics(batches: list[RolloutBatch], learner_s: float, wall_s: float,
-                  prices: PriceTable, failed_billed_s: list[float] | None = None) -> dict[str, float]:
+                  prices: PriceTable, failed_billed_s: list[float] | None = None, *,
+                  learner_device: str, learner_startup_s: float = 0.0,
+                  warm_idle_s: float = 0.0) -> dict[str, float]:
     """Time, cost and sampling figures of one round, with MLflow-style grouped keys.
 
     failed_billed_s: billed seconds of actors that failed every attempt; retried attempts of
     actors that finished are in their batch's timings. Both are cost, neither is a duration.
+    learner_device: what the learner ran on ('cuda' or 'cpu'), and so what it is billed as.
+    learner_startup_s: the learner's measured start-up, in the one round that pays it.
+    warm_idle_s: idle seconds of kept-warm actors waiting for this round (0 until a backend
+    reports them).
     """
     failed_billed_s = failed_billed_s or []
     timings = [b.timings for b in batches]
@@ -66,7 +82,6 @@ def round_metrics(batches: list[RolloutBatch], learner_s: float, wall_s: float,
         "time/round_wall_s": wall_s,
         "time/orchestration_s": max(wall_s - actor_busy - learner_s, 0.0),
         "time/actor_busy_s": actor_busy,
-        "cost/round_usd": round_cost(learner_s, durations + retried_s + failed_billed_s, prices),
         "rollout/actor_failures": float(len(failed_billed_s)),
         "rollout/actor_retries": float(sum(t.attempts - 1 for t in timings)),
     }
@@ -76,6 +91,21 @@ def round_metrics(batches: list[RolloutBatch], learner_s: float, wall_s: float,
         values = [float(getattr(t, key)) for t in timings if getattr(t, key) is not None]
         if values:  # reported by some backends only (cold_start: fraction of actors started cold)
             out[f"time/actor_{key}"] = float(np.mean(values))
+    bill = bill_round(learner_s, learner_device, durations + retried_s + failed_billed_s,
+                      [p.startup_s for p in phases], prices, learner_startup_s=learner_startup_s,
+                      warm_idle_s=warm_idle_s,
+                      containers_started=len(batches) + len(failed_billed_s)
+                      + sum(t.attempts - 1 for t in timings))
+    out.update({
+        "cost/round_usd": bill.round_usd,
+        "cost/actors_usd": bill.actors_usd,
+        "cost/learner_usd": bill.learner_usd,
+        "cost/startup_usd": bill.startup_usd,
+        "cost/warm_idle_usd": bill.warm_idle_usd,
+        "cost/projected_aci_startup_usd": bill.projected_aci_startup_usd,
+        "cost/learner_on_cuda": float(bill.learner_device == "cuda"),
+        "time/learner_startup_s": learner_startup_s,
+    })
     sampling = sum(p.sampling_s for p in phases)
     out["perf/actor_steps_per_s"] = steps / sampling if sampling > 0 else math.nan
     return out

@@ -1,8 +1,9 @@
 """A training run's state across rounds: the round loop's bookkeeping and its three stop rules.
 
 No Prefect here: the `train` flow (flows/train.py) calls into this, and tests drive it directly.
-A run stops when a round's mean return reaches J (target), when the next round's estimated
-cost does not fit in what is left of B (budget), or after K rounds (max_rounds).
+A run stops when a round's mean return reaches J (target), when an upper bound of the next
+round's cost (models/budget.py) does not fit in what is left of B (budget; round 0 included),
+or after K rounds (max_rounds).
 """
 
 from __future__ import annotations
@@ -12,21 +13,18 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from models.budget import Measured, RoundBound, RunShape, calibrate_learner, round_bound
 from models.checkpoint import PolicyArtifact, RunCheckpoint, save_policy, save_run_checkpoint
 from models.config import RunConfig
-from models.cost import estimate_round_cost, round_cost, server_cluster_cost
+from models.cost import round_cost, server_cluster_cost
 from models.envs import env_spaces
 from models.journal import LostAttempt
-from models.metrics import round_metrics
+from models.metrics import actor_billed_s, round_metrics
 from models.ppo import Learner
 from models.rollout import ActorJob, RolloutBatch
 from models.schedulers import RoundState, make_scheduler
 
 STOP_TARGET, STOP_BUDGET, STOP_MAX_ROUNDS = "target_reached", "budget_spent", "max_rounds"
-
-# A round's cost is estimated from the last round's durations; rounds vary, so leave headroom
-# (measured on CartPole: round-to-round duration changes stay well under 20%).
-BUDGET_MARGIN = 1.2
 
 
 @dataclass(frozen=True)
@@ -47,6 +45,8 @@ class RoundRecord:
     cost_usd: float
     loss: float
     policy_kl: float
+    bound_usd: float = 0.0
+    """The upper bound of the round's cost that admitted it (models/budget.py)."""
 
     @classmethod
     def from_metrics(cls, round_index: int, metrics: dict[str, float]) -> RoundRecord:
@@ -55,7 +55,8 @@ class RoundRecord:
                    env_steps=int(metrics["rollout/env_steps"]), round_s=metrics["time/round_s"],
                    wall_s=metrics["time/round_wall_s"], learner_s=metrics["time/learner_s"],
                    actor_mean_s=metrics["time/actor_mean_s"], cost_usd=metrics["cost/round_usd"],
-                   loss=metrics["train/loss"], policy_kl=metrics["train/policy_kl"])
+                   loss=metrics["train/loss"], policy_kl=metrics["train/policy_kl"],
+                   bound_usd=metrics.get("cost/round_bound_usd", 0.0))
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,9 @@ class RunSummary:
     best_return: float
     env_steps: int
     cost_usd: float
+    """What the run was billed: actors + learner + start-up (models/cost.py RoundBill)."""
     server_cluster_cost_usd: float
+    """The fixed cluster for the run's time, its start-up included."""
     time_to_stop_s: float
     """Sum of P_k: the run's time with one core per actor."""
     wall_time_s: float
@@ -82,6 +85,16 @@ class RunSummary:
     """A learned scheduler's decisions (models/scheduler_agent.py LearnedScheduler.trace)."""
     tracking_uri: str = ""
     checkpoint: str = ""
+    server_cluster_cost_no_startup_usd: float = 0.0
+    """The fixed cluster for the run's time alone (its start-up is an assumed price-table value)."""
+    actors_cost_usd: float = 0.0
+    learner_cost_usd: float = 0.0
+    startup_cost_usd: float = 0.0
+    projected_aci_startup_usd: float = 0.0
+    """Not billed: start-up every container would add as on ACI (price table's aci start-up)."""
+    learner_device: str = ""
+    stop_detail: str = ""
+    """Why the run stopped, in words (e.g. which round the budget refused and its bound)."""
 
     @property
     def target_reached(self) -> bool:
@@ -102,6 +115,13 @@ class RunProgress:
     stop_reason: str | None = None
     run_id: str | None = None
     history: list[RoundRecord] = field(default_factory=list)
+    actors_usd: float = 0.0
+    learner_usd: float = 0.0
+    startup_usd: float = 0.0
+    projected_aci_startup_usd: float = 0.0
+    stop_detail: str = ""
+    measured: Measured = field(default_factory=Measured)
+    """What the budget bound has measured so far (models/budget.py)."""
     lost_usd: float = 0.0
     """Billed cost of round attempts a crash cut short (models/journal.py), in spent_usd too."""
     billed_attempts: list[str] = field(default_factory=list)
@@ -117,8 +137,20 @@ class TrainingSession:
         self.cfg = cfg
         self.prices = cfg.prices
         self.spaces = env_spaces(cfg.env_id)
+        # The learner's start-up, measured once and billed in the first round this session runs
+        # (a resumed run starts a new learner and pays again): building it on its device and
+        # timing one minibatch step there, which the budget bound needs before round 0.
+        started = time.perf_counter()
         self.learner = Learner(self.spaces, cfg.ppo, seed=cfg.seed, device=cfg.learner_device,
                                max_rounds=cfg.max_rounds)
+        step_s = calibrate_learner(self.learner.policy, self.spaces.obs_shape, self.spaces.obs_dtype,
+                                   self.spaces.discrete, self.spaces.n_actions, cfg.ppo.minibatch_size)
+        self.learner_startup_s = time.perf_counter() - started
+        self._learner_startup_due = True
+        self.shape = RunShape(fragment=cfg.fragment, update_epochs=cfg.ppo.update_epochs,
+                              minibatch_size=cfg.ppo.minibatch_size, backend=cfg.backend.name,
+                              learner_device=self.learner_device, learner_s_per_unit_calibrated=step_s)
+        self._admitted: RoundBound | None = None
         self.scheduler = make_scheduler(cfg.scheduler, cfg.i_max, cfg.max_rounds, cfg.target_return,
                                         budget_usd=cfg.budget_usd, seed=cfg.seed)
         self.progress = RunProgress()
@@ -157,18 +189,32 @@ class TrainingSession:
     def budget_left_usd(self) -> float:
         return self.cfg.budget_usd - self.progress.spent_usd
 
+    @property
+    def learner_device(self) -> str:
+        """'cuda' or 'cpu': what the learner runs on, and so what it is billed as."""
+        return self.learner.device.type
+
+    def round_bound(self, actors: int) -> RoundBound:
+        """An upper bound of the next round's cost with `actors` actors (models/budget.py)."""
+        return round_bound(actors, self.shape, self.progress.measured, self.prices,
+                           self.learner_startup_s if self._learner_startup_due else 0.0)
+
     def admit_round(self, actors: int) -> bool:
-        """The budget rule: False (and the run stops) when the last round's durations say a
-        round of `actors` actors would overspend what is left of B."""
-        last = self.last
-        if last is None:
-            fits = self.budget_left_usd > 0
-        else:
-            estimate = estimate_round_cost(actors, last.learner_s, last.actor_mean_s, self.prices)
-            fits = estimate * BUDGET_MARGIN <= self.budget_left_usd
-        if not fits:
-            self.progress.stop_reason = STOP_BUDGET
-        return fits
+        """The budget rule: a round starts only when an upper bound of its cost fits in what is
+        left of B, round 0 included; otherwise the run stops (stop_reason budget_spent, and
+        stop_detail says which round and why)."""
+        bound = self.round_bound(actors)
+        left = self.budget_left_usd
+        if bound.total_usd <= left:
+            self._admitted = bound
+            return True
+        p = self.progress
+        p.stop_reason = STOP_BUDGET
+        p.stop_detail = (f"budget: round {p.round_index} not started: the upper bound of its cost "
+                         f"with {actors} actors, ${bound.total_usd:.3g} (actors ${bound.actors_usd:.3g}, "
+                         f"learner ${bound.learner_usd:.3g}, learner start-up ${bound.startup_usd:.3g}), "
+                         f"exceeds the ${left:.3g} left of B=${self.cfg.budget_usd:.3g}")
+        return False
 
     def jobs(self, actors: int, weights: bytes) -> list[ActorJob]:
         cfg = self.cfg
@@ -183,13 +229,31 @@ class TrainingSession:
 
     # -- after a round -------------------------------------------------------------------
     def record(self, batches: list[RolloutBatch], learner_stats: dict[str, float],
-               wall_s: float, failed_billed_s: list[float] | None = None) -> dict[str, float]:
+               wall_s: float, failed_billed_s: list[float] | None = None,
+               warm_idle_s: float = 0.0) -> dict[str, float]:
         """Fold a finished round into the run's totals and apply the target and K rules;
-        returns the round's metrics (MLflow names)."""
+        returns the round's metrics (MLflow names).
+
+        warm_idle_s: idle seconds of kept-warm actors waiting for this round, billed at the actor
+        price (models/cost.py warm_idle_cost); 0 until the backend reports them.
+        """
         p = self.progress
-        metrics = round_metrics(batches, learner_stats["time/learner_s"], wall_s, self.prices,
-                                failed_billed_s)
+        learner_s = learner_stats["time/learner_s"]
+        metrics = round_metrics(batches, learner_s, wall_s, self.prices, failed_billed_s,
+                                learner_device=self.learner_device,
+                                learner_startup_s=self.learner_startup_s if self._learner_startup_due else 0.0,
+                                warm_idle_s=warm_idle_s)
+        self._learner_startup_due = False
         metrics.update(learner_stats)
+        if self._admitted is not None:
+            metrics["cost/round_bound_usd"] = self._admitted.total_usd
+            self._admitted = None
+        p.measured.observe(actor_billed_s(batches, failed_billed_s), learner_s,
+                           sum(b.steps for b in batches), self.shape)
+        p.actors_usd += metrics["cost/actors_usd"]
+        p.learner_usd += metrics["cost/learner_usd"]
+        p.startup_usd += metrics["cost/startup_usd"]
+        p.projected_aci_startup_usd += metrics["cost/projected_aci_startup_usd"]
         if "time/round_body_s" in learner_stats:  # split the overhead: subflow vs tasks
             metrics["time/subflow_overhead_s"] = max(wall_s - learner_stats["time/round_body_s"], 0.0)
         p.spent_usd += metrics["cost/round_usd"]
@@ -203,6 +267,8 @@ class TrainingSession:
             "cost/total_usd": p.spent_usd,
             "cost/budget_left_usd": self.budget_left_usd,
             "cost/server_cluster_usd": server_cluster_cost(p.sum_round_s, self.prices),
+            "cost/server_cluster_no_startup_usd": server_cluster_cost(p.sum_round_s, self.prices,
+                                                                      with_startup=False),
             "rollout/env_steps_total": float(p.env_steps),
             "time/total_round_s": p.sum_round_s,
             "time/total_wall_s": p.sum_wall_s,
@@ -212,8 +278,10 @@ class TrainingSession:
         p.round_index += 1
         if not math.isnan(ret) and ret >= self.cfg.target_return:
             p.stop_reason = STOP_TARGET
+            p.stop_detail = f"target: round {p.round_index - 1} returned {ret:.4g} >= J={self.cfg.target_return:g}"
         elif p.round_index >= self.cfg.max_rounds:
             p.stop_reason = STOP_MAX_ROUNDS
+            p.stop_detail = f"max_rounds: K={self.cfg.max_rounds} rounds run"
         return metrics
 
     def summary(self, tracking_uri: str = "", checkpoint: str = "") -> RunSummary:
@@ -227,14 +295,19 @@ class TrainingSession:
             server_cluster_cost_usd=server_cluster_cost(p.sum_round_s, self.prices),
             time_to_stop_s=p.sum_round_s, wall_time_s=p.sum_wall_s, history=tuple(p.history),
             scheduler_trace=self.scheduler.trace() if hasattr(self.scheduler, "trace") else None,
-            tracking_uri=tracking_uri, checkpoint=checkpoint)
+            tracking_uri=tracking_uri, checkpoint=checkpoint,
+            server_cluster_cost_no_startup_usd=server_cluster_cost(p.sum_round_s, self.prices,
+                                                                   with_startup=False),
+            actors_cost_usd=p.actors_usd, learner_cost_usd=p.learner_usd,
+            startup_cost_usd=p.startup_usd, projected_aci_startup_usd=p.projected_aci_startup_usd,
+            learner_device=self.learner_device, stop_detail=p.stop_detail)
 
     def bill_lost_attempt(self, lost: LostAttempt) -> float:
         """Bill once what an attempt of the next round was billed before a crash cut it short."""
         p = self.progress
         if lost.round_index != p.round_index or lost.attempt_id in p.billed_attempts:
             return 0.0
-        cost = round_cost(lost.learner_s, list(lost.actor_billed_s), self.prices)
+        cost = round_cost(lost.learner_s, list(lost.actor_billed_s), self.prices, self.learner_device)
         p.spent_usd += cost
         p.lost_usd += cost
         p.billed_attempts.append(lost.attempt_id)
@@ -267,11 +340,12 @@ class TrainingSession:
         self.scheduler.load_state_dict(checkpoint.scheduler)
         values = dict(checkpoint.progress)
         values["history"] = [RoundRecord(**r) for r in values["history"]]
+        values["measured"] = Measured(**values.get("measured", {}))
         self.progress = RunProgress(**values)
         # A resume may raise K or B: those stops are decided again; a reached target stays.
         p = self.progress
         if (p.stop_reason == STOP_MAX_ROUNDS and p.round_index < self.cfg.max_rounds) or p.stop_reason == STOP_BUDGET:
-            p.stop_reason = None
+            p.stop_reason, p.stop_detail = None, ""
 
 
 def actor_seed(seed: int, round_index: int, actor_index: int, i_max: int) -> int:

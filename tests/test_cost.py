@@ -8,18 +8,21 @@ from models.config import ConfigError
 from models.cost import (
     PriceTable,
     Resources,
-    estimate_round_cost,
+    bill_round,
     round_cost,
     round_time,
     server_cluster_cost,
+    warm_idle_cost,
 )
 
 # Published hourly prices (models/data/prices.toml) and the packaged resources (models/data/prices.toml):
 #   actor   = 1 vCPU + 1 GB          -> 0.0405 + 0.00445                 = 0.04495 $/h
-#   learner = 4 vCPU + 16 GB + 1 V100 -> 4*0.0405 + 16*0.00445 + 3.06     = 3.2932  $/h
+#   learner = 4 vCPU + 16 GB + 1 V100 -> 4*0.0405 + 16*0.00445 + 3.06     = 3.2932  $/h (on CUDA)
+#   learner = 4 vCPU + 16 GB, no GPU  -> 4*0.0405 + 16*0.00445            = 0.2332  $/h (on CPU)
 #   server  = NC6s_v3 + 4 x E16-8s_v5 = 7.092 $/h, 300 s start-up billed
 ACTOR_PER_H = 1 * 0.0405 + 1 * 0.00445
 LEARNER_PER_H = 4 * 0.0405 + 16 * 0.00445 + 1 * 3.06
+LEARNER_CPU_PER_H = 4 * 0.0405 + 16 * 0.00445
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +37,14 @@ def test_packaged_table_converts_hourly_prices_to_per_second(prices):
     assert prices.actor == Resources(vcpu=1.0, memory_gb=1.0, gpu=0)
     assert prices.learner == Resources(vcpu=4.0, memory_gb=16.0, gpu=1)
     assert prices.server_per_s == pytest.approx(7.092 / 3600, rel=1e-12)
+    assert prices.learner_cpu == Resources(vcpu=4.0, memory_gb=16.0, gpu=0)
+    assert prices.learner_per_second("cpu") * 3600 == pytest.approx(0.2332)
+    assert prices.learner_per_second("cuda:0") * 3600 == pytest.approx(3.2932)
     assert prices.server_startup_s == 300.0
+    assert prices.aci_startup_s == 30.0
+    for source in (prices.learner_cpu_source, prices.aci_startup_source,
+                   prices.server_startup_source, prices.prior.source):
+        assert len(source) > 40  # every new row says where it comes from
     assert prices.server_actor_cores == 32
     assert "packaged" in prices.source
     assert ACTOR_PER_H == pytest.approx(0.04495) and LEARNER_PER_H == pytest.approx(3.2932)
@@ -64,12 +74,39 @@ def test_round_time(learner_s, actor_s, expected):
     ],
 )
 def test_round_cost_with_packaged_prices(prices, learner_s, actor_s, expected_usd):
-    assert round_cost(learner_s, actor_s, prices) == pytest.approx(expected_usd, rel=1e-9, abs=1e-15)
+    assert round_cost(learner_s, actor_s, prices, "cuda") == pytest.approx(expected_usd, rel=1e-9, abs=1e-15)
+
+
+def test_a_learner_on_the_cpu_is_billed_as_a_cpu_container(prices):
+    # one hour of learner on the CPU: 0.2332 $, not the GPU container's 3.2932 $
+    assert round_cost(3600.0, [], prices, "cpu") == pytest.approx(LEARNER_CPU_PER_H)
+    assert round_cost(3600.0, [], prices, "cuda") == pytest.approx(LEARNER_PER_H)
+
+
+def test_round_bill_parts_add_up_exactly_and_name_the_device(prices):
+    # 2 actors of 3 s each, 0.5 s of which is measured start-up; learner 2 s on the CPU plus its
+    # 4 s start-up; 10 s of warm idle
+    bill = bill_round(2.0, "cpu", [3.0, 3.0], [0.5, 0.5], prices, learner_startup_s=4.0,
+                      warm_idle_s=10.0)
+    actor, learner = ACTOR_PER_H / 3600, LEARNER_CPU_PER_H / 3600
+    assert bill.learner_device == "cpu"
+    assert bill.startup_usd == pytest.approx(1.0 * actor + 4.0 * learner)
+    assert bill.learner_usd == pytest.approx(2.0 * learner)
+    assert bill.actors_usd == pytest.approx((5.0 + 10.0) * actor)
+    assert bill.warm_idle_usd == pytest.approx(warm_idle_cost(10.0, prices)) == pytest.approx(10 * actor)
+    assert bill.actors_usd + bill.learner_usd + bill.startup_usd == bill.round_usd
+    # without start-up and idle, the bill is SPEC §3's C_k on the learner's device
+    plain = bill_round(2.0, "cuda:0", [3.0, 3.0], [0.5, 0.5], prices)
+    assert plain.round_usd == pytest.approx(round_cost(2.0, [3.0, 3.0], prices, "cuda"))
+    assert plain.learner_device == "cuda"
+    # the "as on ACI" projection: 30 s per container started (and the learner's when it starts)
+    assert plain.projected_aci_startup_usd == pytest.approx(30.0 * 2 * actor)
+    assert bill.projected_aci_startup_usd == pytest.approx(30.0 * (2 * actor + learner))
 
 
 def test_round_cost_with_bigger_actor_memory(prices):
     bigger = prices.with_actor_memory(4.0)
-    assert round_cost(0.0, [3600.0], bigger) == pytest.approx(0.0405 + 4 * 0.00445)
+    assert round_cost(0.0, [3600.0], bigger, "cpu") == pytest.approx(0.0405 + 4 * 0.00445)
     assert prices.actor.memory_gb == 1.0  # the original is untouched
 
 
@@ -83,13 +120,9 @@ def test_round_cost_with_bigger_actor_memory(prices):
 )
 def test_server_cluster_cost_includes_startup(prices, wall_s, expected_usd):
     assert server_cluster_cost(wall_s, prices) == pytest.approx(expected_usd, rel=1e-9)
-
-
-def test_estimate_round_cost(prices):
-    # 4 actors at the last mean of 18 s, learner at 36 s
-    assert estimate_round_cost(4, 36.0, 18.0, prices) == pytest.approx(
-        36 * 3.2932 / 3600 + 4 * 18 * 0.04495 / 3600, rel=1e-9)
-    assert estimate_round_cost(4, 36.0, 18.0, prices) == pytest.approx(0.033831, rel=1e-9)
+    # and without it: idle or not, every wall second is billed
+    assert server_cluster_cost(wall_s, prices, with_startup=False) == pytest.approx(
+        wall_s * 7.092 / 3600, rel=1e-9, abs=1e-15)
 
 
 USER_TABLE = """
@@ -97,6 +130,7 @@ USER_TABLE = """
 vcpu_per_hour = 0.36
 memory_gb_per_hour = 0.036
 gpu_v100_per_hour = 36.0
+container_startup_s = 20.0
 
 [actor]
 vcpu = 2.0
@@ -107,8 +141,19 @@ vcpu = 1.0
 memory_gb = 1.0
 gpu = 0
 
+[learner_cpu]
+vcpu = 2.0
+memory_gb = 2.0
+
 [server_cluster]
 price_per_hour = 3.6
+startup_s = 0.0
+
+[budget_prior]
+actor_startup_s_local = 1.0
+actor_startup_s_dask = 2.0
+actor_startup_s_work_pool = 3.0
+actor_step_s = 0.001
 """
 
 
@@ -121,10 +166,14 @@ def test_user_price_file_overrides_the_packaged_table(tmp_path):
     assert table.gpu_s == pytest.approx(1e-2)
     assert table.actor == Resources(vcpu=2.0, memory_gb=0.5)
     assert table.learner == Resources(vcpu=1.0, memory_gb=1.0, gpu=0)
-    assert table.server_startup_s == 0.0 and table.server_actor_cores == 32  # defaults
-    assert table.source == str(path)
-    # learner 1 vCPU + 1 GB = 1.1e-4 $/s; actor 2 vCPU + 0.5 GB = 2.05e-4 $/s
-    assert round_cost(10.0, [10.0, 20.0], table) == pytest.approx(10 * 1.1e-4 + 30 * 2.05e-4)
+    assert table.server_startup_s == 0.0 and table.server_actor_cores == 32  # default
+    assert table.learner_cpu == Resources(vcpu=2.0, memory_gb=2.0)
+    assert table.prior.actor_startup_s("dask") == 2.0 and table.prior.actor_startup_s("other") == 3.0
+    assert table.source == str(path) and "no source" in table.server_startup_source
+    # learner on CUDA 1 vCPU + 1 GB + 1 GPU-less = 1.1e-4 $/s; actor 2 vCPU + 0.5 GB = 2.05e-4 $/s
+    assert round_cost(10.0, [10.0, 20.0], table, "cuda") == pytest.approx(10 * 1.1e-4 + 30 * 2.05e-4)
+    # learner on the CPU: 2 vCPU + 2 GB = 2.2e-4 $/s
+    assert round_cost(10.0, [], table, "cpu") == pytest.approx(10 * 2.2e-4)
     assert server_cluster_cost(10.0, table) == pytest.approx(1e-2)
 
 
@@ -155,8 +204,10 @@ def test_missing_price_file_raises_config_error(tmp_path):
 @pytest.mark.parametrize("field", ['startup_s = "five minutes"', 'actor_cores = "many"'])
 def test_non_numeric_server_field_raises_config_error(tmp_path, field):
     path = tmp_path / "broken.toml"
-    path.write_text(USER_TABLE + field + "\n")
-    with pytest.raises(ConfigError, match="price table"):
+    # in [server_cluster]: in place of its start-up, or next to it
+    kept = "" if field.startswith("startup_s") else "startup_s = 0.0\n"
+    path.write_text(USER_TABLE.replace("startup_s = 0.0\n", kept + field + "\n"))
+    with pytest.raises(ConfigError, match="price table.*server_cluster|price table.*invalid literal"):
         PriceTable.load(path)
 
 
@@ -165,3 +216,26 @@ def test_binary_price_file_raises_config_error(tmp_path):
     path.write_bytes(b"\xff\xfe\x00binary\x80\x81")
     with pytest.raises(ConfigError, match="price table"):
         PriceTable.load(path)
+
+
+@pytest.mark.parametrize(("cut", "named"), [
+    ("[learner_cpu]\nvcpu = 2.0\nmemory_gb = 2.0\n", r"missing section \[learner_cpu\]"),
+    ("container_startup_s = 20.0\n", r"missing key 'container_startup_s' in \[aci\]"),
+    ("startup_s = 0.0\n", r"missing key 'startup_s' in \[server_cluster\]"),
+    ("actor_step_s = 0.001\n", r"missing key 'actor_step_s' in \[budget_prior\]"),
+])
+def test_a_price_file_without_the_new_rows_names_the_missing_key(tmp_path, cut, named):
+    path = tmp_path / "old_prices.toml"
+    path.write_text(USER_TABLE.replace(cut, ""))
+    with pytest.raises(ConfigError, match=named):
+        PriceTable.load(path)
+
+
+def test_price_table_round_trips_through_plain_data_and_old_configurations_load(prices):
+    import dataclasses
+    import json
+
+    raw = json.loads(json.dumps(dataclasses.asdict(prices)))
+    assert PriceTable.from_dict(raw) == prices
+    old = {k: v for k, v in raw.items() if k not in ("learner_cpu", "prior", "aci_startup_s")}
+    assert PriceTable.from_dict(old) == prices  # a configuration stored before these rows

@@ -71,14 +71,16 @@ def test_round_metrics():
     fast = ActorTimings(requested_at=100.0, started_at=100.0, startup_s=0.1, weight_load_s=0.1,
                         sampling_s=0.8, sampled_at=101.0)
     batches = [batch(QUEUED, returns=[10.0, 20.0]), batch(fast, returns=[30.0])]
-    out = round_metrics(batches, learner_s=3.0, wall_s=9.0, prices=prices)
+    out = round_metrics(batches, learner_s=3.0, wall_s=9.0, prices=prices, learner_device="cuda")
     assert set(out) == {
         "rollout/ep_return_mean", "rollout/episodes", "rollout/env_steps", "sched/actors",
         "time/actor_mean_s", "time/actor_max_s", "time/round_s", "time/round_wall_s",
         "time/orchestration_s", "cost/round_usd", "time/actor_dispatch_s", "time/actor_queue_s",
         "time/actor_startup_s", "time/actor_weight_load_s", "time/actor_sampling_s",
         "time/actor_upload_s", "perf/actor_steps_per_s", "time/actor_busy_s",
-        "rollout/batches", "rollout/actor_failures", "rollout/actor_retries"}
+        "rollout/batches", "rollout/actor_failures", "rollout/actor_retries", "cost/actors_usd",
+        "cost/learner_usd", "cost/startup_usd", "cost/warm_idle_usd", "cost/projected_aci_startup_usd",
+        "cost/learner_on_cuda", "time/learner_startup_s"}
     durations = [2.1, 1.0]
     assert out["time/round_s"] == pytest.approx(3.0 + max(durations))  # P_k = P^l + max_i P^a
     assert out["time/actor_max_s"] == pytest.approx(2.1)
@@ -86,8 +88,14 @@ def test_round_metrics():
     assert out["time/round_wall_s"] == 9.0
     # actors busy over [100, 101] and [103, 104.3]: 2.3 s; 9 - 2.3 - 3 = 3.7 s orchestration
     assert out["time/orchestration_s"] == pytest.approx(3.7)
-    assert out["cost/round_usd"] == pytest.approx(round_cost(3.0, durations, prices))
+    assert out["cost/round_usd"] == pytest.approx(round_cost(3.0, durations, prices, "cuda"))
     assert out["cost/round_usd"] == pytest.approx((3.0 * 3.2932 + 3.1 * 0.04495) / 3600)
+    # the parts: 0.3 s of the actors' 3.1 s is their measured start-up
+    assert out["cost/startup_usd"] == pytest.approx(0.3 * 0.04495 / 3600)
+    assert out["cost/learner_usd"] == pytest.approx(3.0 * 3.2932 / 3600)
+    assert out["cost/actors_usd"] == pytest.approx(2.8 * 0.04495 / 3600)
+    assert out["cost/actors_usd"] + out["cost/learner_usd"] + out["cost/startup_usd"] == out["cost/round_usd"]
+    assert out["cost/learner_on_cuda"] == 1.0 and out["cost/warm_idle_usd"] == 0.0
     assert out["rollout/ep_return_mean"] == pytest.approx(20.0)
     assert out["rollout/episodes"] == 3.0
     assert out["rollout/env_steps"] == 16.0
@@ -99,7 +107,8 @@ def test_round_metrics():
 def test_round_metrics_without_finished_episodes():
     t = ActorTimings(requested_at=0.0, started_at=0.0, startup_s=0.0, weight_load_s=0.0,
                      sampling_s=0.0, sampled_at=0.0)
-    out = round_metrics([batch(t)], learner_s=1.0, wall_s=0.5, prices=PriceTable.load())
+    out = round_metrics([batch(t)], learner_s=1.0, wall_s=0.5, prices=PriceTable.load(),
+                        learner_device="cpu")
     assert math.isnan(out["rollout/ep_return_mean"])
     assert math.isnan(out["perf/actor_steps_per_s"])
     assert out["time/orchestration_s"] == 0.0  # never negative
@@ -118,8 +127,32 @@ def test_failed_and_retried_actors_are_billed_but_not_timed():
     ok = ActorTimings(requested_at=100.0, started_at=100.0, startup_s=0.1, weight_load_s=0.1,
                       sampling_s=0.8, sampled_at=101.0, failed_attempts_billed_s=2.0, attempts=2)
     out = round_metrics([batch(ok)], learner_s=3.0, wall_s=9.0, prices=prices,
-                        failed_billed_s=[5.0, 1.5])
+                        failed_billed_s=[5.0, 1.5], learner_device="cpu")
     assert out["sched/actors"] == 3.0 and out["rollout/batches"] == 1.0
     assert out["rollout/actor_failures"] == 2.0 and out["rollout/actor_retries"] == 1.0
     assert out["time/round_s"] == pytest.approx(3.0 + 1.0)  # failures are not durations
-    assert out["cost/round_usd"] == pytest.approx(round_cost(3.0, [1.0, 2.0, 5.0, 1.5], prices))
+    assert out["cost/round_usd"] == pytest.approx(round_cost(3.0, [1.0, 2.0, 5.0, 1.5], prices, "cpu"))
+    assert out["cost/actors_usd"] + out["cost/learner_usd"] + out["cost/startup_usd"] == out["cost/round_usd"]
+
+
+def test_the_learner_is_billed_on_its_device_and_its_start_up_once():
+    prices = PriceTable.load()
+    t = ActorTimings(requested_at=0.0, started_at=0.0, startup_s=2.0, weight_load_s=0.0,
+                     sampling_s=1.0, sampled_at=3.0, cold_start=True, boot_s=1.9)
+    on_cpu = round_metrics([batch(t)], learner_s=10.0, wall_s=5.0, prices=prices,
+                           learner_device="cpu", learner_startup_s=4.0, warm_idle_s=6.0)
+    on_gpu = round_metrics([batch(t)], learner_s=10.0, wall_s=5.0, prices=prices,
+                           learner_device="cuda")
+    cpu_per_s, gpu_per_s, actor_per_s = 0.2332 / 3600, 3.2932 / 3600, 0.04495 / 3600
+    assert on_cpu["cost/learner_usd"] == pytest.approx(10.0 * cpu_per_s)
+    assert on_gpu["cost/learner_usd"] == pytest.approx(10.0 * gpu_per_s)
+    assert on_cpu["cost/learner_on_cuda"] == 0.0
+    # the cold actor's 2 s start-up (its boot included) and the learner's 4 s start-up
+    assert on_cpu["cost/startup_usd"] == pytest.approx(2.0 * actor_per_s + 4.0 * cpu_per_s)
+    assert on_gpu["cost/startup_usd"] == pytest.approx(2.0 * actor_per_s)
+    # kept-warm idle seconds are actor seconds
+    assert on_cpu["cost/actors_usd"] == pytest.approx((1.0 + 6.0) * actor_per_s)
+    assert on_cpu["cost/warm_idle_usd"] == pytest.approx(6.0 * actor_per_s)
+    for out in (on_cpu, on_gpu):
+        assert out["cost/actors_usd"] + out["cost/learner_usd"] + out["cost/startup_usd"] == out["cost/round_usd"]
+    assert on_cpu["cost/projected_aci_startup_usd"] == pytest.approx(30.0 * (actor_per_s + cpu_per_s))

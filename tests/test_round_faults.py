@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -207,15 +208,15 @@ def stack(fault_dir, tmp_path_factory):
 
 
 TRAIN_IN_A_PROCESS = """
-import json, sys
+import dataclasses, json, sys
 from flows.train import train
 summary = train(**json.loads(sys.argv[1]))
-print("SUMMARY " + json.dumps(summary, default=str))
+print("SUMMARY " + json.dumps(dataclasses.asdict(summary), default=str))
 """
 
 
 def run_one_round_on_stack(stack, env: str, mlflow_uri: str, experiment: str, tmp_path: Path,
-                           **overrides) -> dict:
+                           **overrides) -> SimpleNamespace:
     params = dict(env=env, scheduler="fixed:2", max_rounds=1, fragment=FRAGMENT, seed=0,
                   quorum=0.5, ppo={"update_epochs": 1}, experiment=experiment,
                   tracking_uri=mlflow_uri, checkpoint_dir=str(tmp_path / "ckpt"),
@@ -224,7 +225,7 @@ def run_one_round_on_stack(stack, env: str, mlflow_uri: str, experiment: str, tm
                           cwd=ROOT, env=stack.env, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     [line] = [x for x in proc.stdout.splitlines() if x.startswith("SUMMARY ")]
-    return json.loads(line.removeprefix("SUMMARY "))
+    return SimpleNamespace(**json.loads(line.removeprefix("SUMMARY ")))
 
 
 def rollout_task_runs(since: float, timeout_s: float = 30.0) -> dict[str, object]:

@@ -10,7 +10,6 @@ import pytest
 from models.presets import resolve_run_config
 from models.rollout import RolloutBatch
 from models.session import (
-    BUDGET_MARGIN,
     STOP_BUDGET,
     STOP_MAX_ROUNDS,
     STOP_TARGET,
@@ -61,16 +60,50 @@ def test_max_rounds_stops_after_k_rounds_and_a_round_without_episodes_never_reac
     assert s.stop_reason == STOP_MAX_ROUNDS and s.summary().rounds == 2
 
 
-def test_budget_rule_refuses_a_round_whose_estimate_does_not_fit():
+def test_budget_rule_refuses_a_round_whose_bound_does_not_fit():
     s = session(budget_usd=1.0)
-    assert s.admit_round(2)  # before any round: anything is admitted while money is left
+    admitted = s.round_bound(2)
+    assert s.admit_round(2)
     metrics = finish_round(s, [10.0])
-    per_actor = (metrics["cost/round_usd"] - LEARNER_S * s.prices.per_second(s.prices.learner)) / 2
-    # with what is left set so that exactly 3 actors fit (with the margin), 4 do not
-    s.progress.spent_usd = s.cfg.budget_usd - (LEARNER_S * s.prices.per_second(s.prices.learner)
-                                               + 3 * per_actor) * BUDGET_MARGIN * 1.0001
+    assert metrics["cost/round_bound_usd"] == admitted.total_usd
+    assert metrics["cost/round_usd"] <= metrics["cost/round_bound_usd"]
+    # with what is left set between the bounds of 3 and 4 actors: 3 fit, 4 do not
+    three, four = s.round_bound(3).total_usd, s.round_bound(4).total_usd
+    assert three < four
+    s.progress.spent_usd = s.cfg.budget_usd - (three + four) / 2
     assert s.admit_round(3) and s.stop_reason is None
     assert not s.admit_round(4) and s.stop_reason == STOP_BUDGET
+    assert "round 1 not started" in s.summary().stop_detail and "4 actors" in s.summary().stop_detail
+
+
+def test_round_zero_is_checked_against_the_prior_and_the_learner_start_up():
+    s = session()
+    bound = s.round_bound(2)
+    assert bound.startup_usd == pytest.approx(s.learner_startup_s * s.prices.learner_per_second("cpu"))
+    assert s.learner_startup_s > 0
+    # a budget below round 0's bound stops the run before any actor starts
+    tiny = session(budget_usd=bound.total_usd * 0.99)
+    assert not tiny.admit_round(2)
+    summary = tiny.summary()
+    assert summary.stop_reason == STOP_BUDGET and summary.rounds == 0 and summary.cost_usd == 0.0
+    assert "round 0 not started" in summary.stop_detail
+
+
+def test_the_learner_start_up_is_billed_once_on_the_learner_device():
+    s = session()
+    first = finish_round(s, [10.0])
+    second = finish_round(s, [10.0])
+    per_s = s.prices.learner_per_second(s.learner_device)
+    assert first["time/learner_startup_s"] == s.learner_startup_s > 0
+    assert first["cost/startup_usd"] == pytest.approx(s.learner_startup_s * per_s)  # actors: 0 s start-up
+    assert second["cost/startup_usd"] == 0.0 and second["time/learner_startup_s"] == 0.0
+    assert s.round_bound(2).startup_usd == 0.0  # paid: no longer in the bound
+    summary = s.summary()
+    assert summary.learner_device == s.learner_device
+    assert summary.actors_cost_usd + summary.learner_cost_usd + summary.startup_cost_usd == \
+        pytest.approx(summary.cost_usd, rel=1e-12)
+    assert summary.server_cluster_cost_usd - summary.server_cluster_cost_no_startup_usd == \
+        pytest.approx(s.prices.server_startup_s * s.prices.server_per_s)
 
 
 def test_state_reports_the_last_round_to_the_scheduler():

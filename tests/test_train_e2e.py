@@ -17,6 +17,8 @@ REQUIRED_METRICS = [
     "time/actor_max_s", "time/round_s", "time/round_wall_s", "cost/round_usd", "cost/total_usd",
     "cost/budget_left_usd", "cost/server_cluster_usd", "time/actor_startup_s",
     "time/actor_weight_load_s", "time/actor_sampling_s", "time/actor_upload_s",
+    "cost/actors_usd", "cost/learner_usd", "cost/startup_usd", "cost/projected_aci_startup_usd",
+    "cost/server_cluster_no_startup_usd", "cost/round_bound_usd", "cost/learner_on_cuda",
 ]
 
 
@@ -49,6 +51,15 @@ def test_train_two_rounds_two_actors(prefect_api_url, mlflow_uri, tmp_path):
     total = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "cost/total_usd")}
     per_round = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "cost/round_usd")}
     assert math.isclose(total[1], per_round[0] + per_round[1], rel_tol=1e-9)
+    parts = [{m.step: m.value for m in client.get_metric_history(run.info.run_id, f"cost/{p}_usd")}
+             for p in ("actors", "learner", "startup")]
+    for k in (0, 1):
+        assert math.isclose(sum(p[k] for p in parts), per_round[k], rel_tol=1e-12)
+    startup = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "time/learner_startup_s")}
+    assert startup[0] > 0 and startup[1] == 0  # the learner's start-up is billed once
+    summary_metrics = client.get_run(summary.run_id).data.metrics
+    assert summary_metrics["summary/server_cluster_cost_usd"] > summary_metrics["summary/server_cluster_cost_no_startup_usd"]
+    assert run.data.tags["minionsrl.learner_device"] in ("cpu", "cuda")
     artifacts = [a.path for a in client.list_artifacts(run.info.run_id, "policy")]
     assert artifacts == ["policy/final_policy.pt"]
     assert (tmp_path / "ckpt" / summary.run_id / "latest.pt").exists()
@@ -83,24 +94,35 @@ def test_bad_input_fails_before_any_actor_or_run(prefect_api_url, mlflow_uri, tm
     assert runs == []
 
 
-def test_budget_stops_before_a_round_that_would_overspend(prefect_api_url, mlflow_uri, tmp_path):
+def test_budget_admits_a_round_only_when_its_cost_bound_fits(prefect_api_url, mlflow_uri, tmp_path):
     from flows.train import train
-    from models.session import BUDGET_MARGIN
 
     first = train(env="CartPole-v1", scheduler="fixed:2", max_rounds=1, fragment=128, seed=1,
                   tracking_uri=mlflow_uri, checkpoint_dir=str(tmp_path / "a"))
-    budget = first.cost_usd * 2.5
-    summary = train(env="CartPole-v1", scheduler="fixed:2", max_rounds=50, fragment=128, seed=1,
-                    budget_usd=budget, target_return=10_000.0, tracking_uri=mlflow_uri,
+    round_zero_bound = first.history[0].bound_usd
+    assert first.cost_usd <= round_zero_bound
+
+    # B below round 0's bound: the run stops before any actor starts, and says so
+    refused = train(env="CartPole-v1", scheduler="fixed:2", max_rounds=5, fragment=128, seed=1,
+                    budget_usd=round_zero_bound * 0.4, tracking_uri=mlflow_uri,
                     checkpoint_dir=str(tmp_path / "b"))
-    assert summary.stop_reason == "budget_spent"
-    assert 1 <= summary.rounds < 50
+    assert (refused.stop_reason, refused.rounds, refused.cost_usd) == ("budget_spent", 0, 0.0)
+    assert refused.stop_detail.startswith("budget: round 0 not started")
+    tags = MlflowClient(mlflow_uri).get_run(refused.run_id).data.tags
+    assert tags["minionsrl.stop_reason"] == "budget_spent" and tags["minionsrl.stop_detail"] == refused.stop_detail
+    assert tags["minionsrl.learner_device"] == refused.learner_device
+
+    # B a little above it: every round started fitted its bound in what was left, and cost no more
+    budget = round_zero_bound * 1.5
+    summary = train(env="CartPole-v1", scheduler="fixed:2", max_rounds=6, fragment=128, seed=1,
+                    budget_usd=budget, target_return=10_000.0, tracking_uri=mlflow_uri,
+                    checkpoint_dir=str(tmp_path / "c"))
+    assert summary.stop_reason in ("budget_spent", "max_rounds") and summary.rounds >= 1
+    assert summary.cost_usd <= budget
     costs = [r.cost_usd for r in summary.history]
-    # every round after the first was started only when the previous round's cost, with the
-    # margin, said it fitted in what was left; and the next one would not have fitted
-    for k in range(1, len(costs)):
-        assert costs[k - 1] * BUDGET_MARGIN <= budget - sum(costs[:k]) + 1e-15
-    assert costs[-1] * BUDGET_MARGIN > budget - sum(costs)
+    for k, record in enumerate(summary.history):
+        assert record.bound_usd <= budget - sum(costs[:k]) + 1e-15
+        assert record.cost_usd <= record.bound_usd
 
 
 def test_a_crashed_run_resumes_without_losing_a_round(prefect_api_url, mlflow_uri, tmp_path,
