@@ -49,6 +49,7 @@ from models.learned_scheduler import (  # noqa: E402
 from models.presets import resolve_run_config  # noqa: E402
 from models.scheduler_agent import AgentConfig, Episode, SchedulerAgent  # noqa: E402
 from models.scheduler_reward import rewards_from_summary  # noqa: E402
+from models.session import RunSummary  # noqa: E402
 
 ARTIFACT_DIR = "scheduler"
 ARTIFACT_NAME = "scheduler.pt"
@@ -102,14 +103,14 @@ def _not_a_config_error(task, task_run, state) -> bool:
       persist_result=False, retries=1, retry_condition_fn=_not_a_config_error)
 def scheduler_episode(episode: int, checkpoint: str, workload: dict[str, Any], seed: int,
                       parent_run_id: str, tracking_uri: str, experiment: str,
-                      checkpoint_dir: str) -> dict[str, Any]:
+                      checkpoint_dir: str) -> RunSummary:
     """One scheduler episode: a complete `train` run with the learned scheduler sampling."""
     return train(scheduler=f"learned:{checkpoint}:sample", seed=seed, parent_run_id=parent_run_id,
                  tracking_uri=tracking_uri, experiment=experiment, checkpoint_dir=checkpoint_dir,
                  **workload)
 
 
-def episode_metrics(summary: dict[str, Any], rewards: np.ndarray) -> dict[str, float]:
+def episode_metrics(summary: RunSummary, rewards: np.ndarray) -> dict[str, float]:
     """What the parent run logs per scheduler episode."""
     actors = [h.actors for h in summary.history]
     return {

@@ -28,7 +28,14 @@ import torch
 from models.config import ConfigError
 from models.normalization import Moments, RunningMeanStd
 from models.scheduler_agent import AgentConfig, SchedulerAgent
-from models.scheduler_features import FEATURES, NormaliserConfig, RoundState, StateNormaliser
+from models.scheduler_features import (
+    FEATURES,
+    NormaliserConfig,
+    RoundState,
+    SchedulerDecision,
+    SchedulerTrace,
+    StateNormaliser,
+)
 
 SHIPPED = "cartpole"  # `learned` alone, or `learned:cartpole`, means the packaged checkpoint
 MODES = ("greedy", "sample")
@@ -105,21 +112,20 @@ class LearnedScheduler:
         self.agent, self.normaliser, self.mode, self.source = agent, normaliser, mode, source
         self.seed = seed
         self.generator = torch.Generator().manual_seed(int(seed))
-        self.steps: list[dict[str, Any]] = []
+        self.steps: list[SchedulerDecision] = []
 
     def choose(self, state: RoundState) -> int:
         obs = self.normaliser(state)
         action, logp, value = self.agent.act(obs, greedy=self.mode == "greedy", generator=self.generator)
-        self.steps.append({"round": int(state.round_index), "obs": [float(x) for x in obs],
-                           "action": action, "actors": action + 1, "logp": logp, "value": value})
+        self.steps.append(SchedulerDecision(round=int(state.round_index), obs=tuple(float(x) for x in obs),
+                                            action=action, actors=action + 1, logp=logp, value=value))
         return action + 1
 
-    def trace(self) -> dict[str, Any]:
+    def trace(self) -> SchedulerTrace:
         n = self.normaliser
-        return {"mode": self.mode, "source": self.source, "i_max": self.agent.i_max,
-                "target_return": n.target_return, "max_rounds": n.max_rounds,
-                "budget_usd": n.budget_usd, "features": list(FEATURES),
-                "steps": [dict(s) for s in self.steps]}
+        return SchedulerTrace(mode=self.mode, source=self.source, i_max=self.agent.i_max,
+                              target_return=n.target_return, max_rounds=n.max_rounds,
+                              budget_usd=n.budget_usd, features=tuple(FEATURES), steps=tuple(self.steps))
 
     def reset(self) -> None:
         """Forget the run (a new episode): trace and per-run references."""
@@ -129,14 +135,14 @@ class LearnedScheduler:
     def state_dict(self) -> dict[str, Any]:
         # The weights too: a resumed run must act exactly as before even if the file it came
         # from has been overwritten by a later update since.
-        return {"mode": self.mode, "steps": [dict(s) for s in self.steps],
+        return {"mode": self.mode, "steps": [{**asdict(s), "obs": list(s.obs)} for s in self.steps],
                 "normaliser": self.normaliser.state_dict(), "rng": self.generator.get_state(),
                 "policy": self.agent.policy.state_dict(), "value": self.agent.value.state_dict(),
                 "scale": self.agent.scale_state()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.mode = state["mode"]
-        self.steps = [dict(s) for s in state["steps"]]
+        self.steps = [SchedulerDecision(**{**s, "obs": tuple(s["obs"])}) for s in state["steps"]]
         self.normaliser.load_state_dict(state["normaliser"])
         self.generator.set_state(state["rng"])
         self.agent.policy.load_state_dict(state["policy"])

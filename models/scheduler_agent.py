@@ -29,7 +29,7 @@ from models.gae import episode_gae
 from models.networks import mlp
 from models.normalization import Moments, RunningMeanStd
 from models.ppo import LossCoefficients, ppo_loss
-from models.scheduler_features import FEATURES
+from models.scheduler_features import FEATURES, SchedulerTrace
 
 
 @dataclass(frozen=True)
@@ -107,15 +107,15 @@ class Episode:
     rewards: np.ndarray  # (T,)
 
     @classmethod
-    def from_trace(cls, trace: dict[str, Any], rewards: Sequence[float]) -> Episode:
+    def from_trace(cls, trace: SchedulerTrace, rewards: Sequence[float]) -> Episode:
         """From `LearnedScheduler.trace()` (models/learned_scheduler.py) and the episode's rewards."""
-        steps = trace["steps"]
+        steps = trace.steps
         if len(steps) != len(rewards):
             raise ValueError(f"trace has {len(steps)} decisions, rewards {len(rewards)}")
-        return cls(obs=np.asarray([s["obs"] for s in steps], dtype=np.float32).reshape(len(steps), -1),
-                   actions=np.asarray([s["action"] for s in steps], dtype=np.int64),
-                   logps=np.asarray([s["logp"] for s in steps], dtype=np.float32),
-                   values=np.asarray([s["value"] for s in steps], dtype=np.float32),
+        return cls(obs=np.asarray([s.obs for s in steps], dtype=np.float32).reshape(len(steps), -1),
+                   actions=np.asarray([s.action for s in steps], dtype=np.int64),
+                   logps=np.asarray([s.logp for s in steps], dtype=np.float32),
+                   values=np.asarray([s.value for s in steps], dtype=np.float32),
                    rewards=np.asarray(rewards, dtype=np.float32))
 
     @property

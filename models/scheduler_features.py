@@ -56,6 +56,33 @@ def symlog(x: float) -> float:
 
 
 @dataclass(frozen=True)
+class SchedulerDecision:
+    """One decision of a learned scheduler: what it saw (normalised s_k) and what it chose."""
+
+    round: int
+    obs: tuple[float, ...]
+    action: int
+    """The categorical action a; the actor count is a + 1."""
+    actors: int
+    logp: float
+    value: float
+
+
+@dataclass(frozen=True)
+class SchedulerTrace:
+    """A learned scheduler's decisions over one run (a scheduler episode) and the run's J."""
+
+    mode: str
+    source: str | None
+    i_max: int
+    target_return: float
+    max_rounds: int
+    budget_usd: float | None
+    features: tuple[str, ...]
+    steps: tuple[SchedulerDecision, ...]
+
+
+@dataclass(frozen=True)
 class NormaliserConfig:
     """Constants of the normalisation; stored in every checkpoint so that it is never guessed."""
 

@@ -51,10 +51,10 @@ def rewards_from_summary(summary: RunSummary, beta: float = 0.1) -> np.ndarray:
     the scheduler trace (its decisions and the run's J).
     """
     trace = summary.scheduler_trace
-    if not trace or "steps" not in trace:
+    if trace is None:
         raise ValueError("the run's summary has no learned-scheduler trace")
-    return episode_rewards([h.round_s for h in summary.history], len(trace["steps"]),
+    return episode_rewards([h.round_s for h in summary.history], len(trace.steps),
                            target_reached=summary.target_reached,
                            budget_spent=summary.stop_reason == STOP_BUDGET,
                            best_return=summary.best_return,
-                           target_return=trace["target_return"], beta=beta)
+                           target_return=trace.target_return, beta=beta)

@@ -22,6 +22,7 @@ from models.journal import LostAttempt
 from models.metrics import actor_billed_s, round_metrics
 from models.ppo import Learner
 from models.rollout import ActorJob, RolloutBatch
+from models.scheduler_features import SchedulerTrace
 from models.schedulers import RoundState, make_scheduler
 
 STOP_TARGET, STOP_BUDGET, STOP_MAX_ROUNDS = "target_reached", "budget_spent", "max_rounds"
@@ -81,7 +82,7 @@ class RunSummary:
     wall_time_s: float
     """Sum of the rounds' wall times on this machine."""
     history: tuple[RoundRecord, ...]
-    scheduler_trace: dict | None = None
+    scheduler_trace: SchedulerTrace | None = None
     """A learned scheduler's decisions (models/scheduler_agent.py LearnedScheduler.trace)."""
     tracking_uri: str = ""
     checkpoint: str = ""

