@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from models.checkpoint import load_checkpoint, save_checkpoint
 from models.config import ConfigError
 from models.normalization import Moments, RunningMeanStd
 from models.scheduler_agent import AgentConfig, SchedulerAgent
@@ -187,12 +187,7 @@ def save_scheduler(path: str | Path, agent: SchedulerAgent, *,
     payload = {"format": FORMAT, "version": VERSION, "header": header,
                "policy": _tensors(state["policy"]), "value": _tensors(state["value"]),
                "optimizer": state["optimizer"]}
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    torch.save(payload, tmp)
-    os.replace(tmp, path)  # atomic on POSIX: a crash mid-write leaves the previous file
-    return path
+    return save_checkpoint(path, payload)
 
 
 def _tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -210,11 +205,10 @@ def load_scheduler(path: str | Path, config_overrides: dict[str, Any] | None = N
     if not path.is_file():
         raise ConfigError(f"no scheduler checkpoint at {path}")
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # UnpicklingError for foreign objects, RuntimeError for non-torch files
+        payload = load_checkpoint(path)
+    except ConfigError as exc:  # a foreign object (refused unrun) or not a torch file
         raise ConfigError(f"{path} is not a scheduler checkpoint ({FORMAT} version {VERSION}): it "
-                          "cannot be read as tensors and plain data, and is not loaded "
-                          f"({type(exc).__name__})") from None
+                          f"cannot be read as tensors and plain data, and is not loaded ({exc})") from None
     header = _check_payload(payload, path)
     try:
         stored = dict(header["agent_config"])
