@@ -123,6 +123,7 @@ class RunTracker:
             self.experiment_id = self.client.get_run(run_id).info.experiment_id
             self.client.update_run(run_id, status="RUNNING")
             return run_id
+        self.open()  # before the lock: open() takes it too (flock is not re-entrant)
         with self._store_lock():  # two runs creating one experiment at once: one creates it
             found = self.client.get_experiment_by_name(experiment)
             if found is None:

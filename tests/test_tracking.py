@@ -1,0 +1,35 @@
+"""The MLflow side of a run: store checks, the creation lock, failure reasons."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from flows.tracking import RunTracker
+from models.errors import ConfigError
+
+
+def test_start_on_a_new_store_without_open_does_not_deadlock_on_its_own_lock(mlflow_uri):
+    tracker = RunTracker(mlflow_uri)
+    done = threading.Event()
+
+    def start():
+        tracker.start("exp", "run", params={"a": 1})
+        done.set()
+
+    threading.Thread(target=start, daemon=True).start()
+    assert done.wait(60), "RunTracker.start hung on the store lock"
+    tracker.finish("FAILED", RuntimeError("why it failed"))
+    run = tracker.client.get_run(tracker.run_id)
+    assert run.info.status == "FAILED"
+    assert run.data.tags["minionsrl.failure"] == "RuntimeError: why it failed"
+
+
+def test_stores_that_cannot_work_are_named_before_anything_starts(tmp_path):
+    with pytest.raises(ConfigError, match=r"http://127.0.0.1:9 is unreachable"):
+        RunTracker("http://127.0.0.1:9").check_reachable()
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(ConfigError, match="cannot create its folder"):
+        RunTracker(f"sqlite:///{blocker}/sub/mlflow.db").check_reachable()
