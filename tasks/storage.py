@@ -21,6 +21,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from models.errors import ConfigError
+
 if TYPE_CHECKING:
     from prefect.filesystems import LocalFileSystem
 
@@ -52,10 +54,10 @@ class BlockStore:
 
         try:
             return cls(Block.load(slug), slug)
-        except ValueError:
+        except (ValueError, KeyError) as exc:  # no such block, or no such block type
             if not (create and slug.startswith(f"{LOCAL_FS}/")):
-                raise ValueError(f"storage block {slug!r} not found: create it (deployments/README.md)"
-                                 " or pass another storage_block") from None
+                raise ConfigError(f"storage block {slug!r} not found: create it (deployments/README.md)"
+                                  f" or pass another storage_block ({exc})") from None
         return cls(create_local_block(slug.split("/", 1)[1]), slug)
 
     # -- bytes ---------------------------------------------------------------------------

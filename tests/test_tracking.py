@@ -33,3 +33,19 @@ def test_stores_that_cannot_work_are_named_before_anything_starts(tmp_path):
     blocker.write_text("")
     with pytest.raises(ConfigError, match="cannot create its folder"):
         RunTracker(f"sqlite:///{blocker}/sub/mlflow.db").check_reachable()
+
+
+def test_a_missing_storage_block_or_deployment_is_named_before_any_actor_starts(prefect_api_url):
+    import time
+
+    from models.config import WorkPoolBackendSpec
+    from tasks.backends import make_backend
+
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match="storage block 'azure-blob-storage-container/no-such-block' not found"):
+        make_backend(WorkPoolBackendSpec(storage_block="azure-blob-storage-container/no-such-block"), "CartPole-v1")
+    with pytest.raises(ConfigError, match="deployment 'actor/no-such-actor' not found"):
+        make_backend(WorkPoolBackendSpec(actor_deployment="actor/no-such-actor",
+                                         storage_block="local-file-system/minionsrl-test-store"),
+                     "CartPole-v1")
+    assert time.monotonic() - started < 10

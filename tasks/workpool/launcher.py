@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, TypeAlias
 from uuid import UUID
 
+from models.errors import ConfigError
 from tasks.errors import ActorError
 from tasks.workpool.protocol import DEADLINE_GRACE_S
 
@@ -72,7 +73,7 @@ class Launcher:
         try:
             return self._client.read_deployment_by_name(name).id
         except ObjectNotFound:
-            raise ValueError(f"deployment {name!r} not found on {self._client.api_url}: run "
+            raise ConfigError(f"deployment {name!r} not found on {self._client.api_url}: run "
                              "`prefect deploy --all` in the project folder (prefect.yaml)") from None
 
     def check_room_for_cold_actors(self, actor_deployment_id: UUID, server_deployment_id: UUID,
