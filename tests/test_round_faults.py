@@ -225,7 +225,9 @@ def run_one_round_on_stack(stack, env: str, mlflow_uri: str, experiment: str, tm
                           cwd=ROOT, env=stack.env, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     [line] = [x for x in proc.stdout.splitlines() if x.startswith("SUMMARY ")]
-    return SimpleNamespace(**json.loads(line.removeprefix("SUMMARY ")))
+    summary = json.loads(line.removeprefix("SUMMARY "))
+    summary["history"] = [SimpleNamespace(**r) for r in summary["history"]]
+    return SimpleNamespace(**summary)
 
 
 def rollout_task_runs(since: float, timeout_s: float = 30.0) -> dict[str, object]:

@@ -212,3 +212,34 @@ def test_three_trainings_started_together_on_a_new_store_all_finish(prefect_api_
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
     assert sorted(r.info.status for r in runs) == ["FINISHED"] * 3
     assert len({r.info.experiment_id for r in runs}) == 1
+
+
+def test_episodes_longer_than_a_fragment_are_named_in_the_log_and_mlflow(prefect_api_url, mlflow_uri, tmp_path):
+    from flows.train import train
+
+    # MountainCar-v0: a near-random policy never reaches the flag, so every episode lasts 200
+    # steps and none ends inside a 64-step fragment.
+    summary = train(env="MountainCar-v0", scheduler="fixed:1", max_rounds=1, fragment=64, local_workers=1,
+                    tracking_uri=mlflow_uri, checkpoint_dir=str(tmp_path))
+    assert math.isnan(summary.final_return)
+    tags = MlflowClient(mlflow_uri).get_run(summary.run_id).data.tags
+    assert "no episode of MountainCar-v0 ended inside a 64-step fragment" in tags["minionsrl.warning"]
+    assert "eval_every" in tags["minionsrl.warning"]
+
+
+def test_the_cli_names_bad_input_once_and_starts_nothing(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PREFECT_API_URL": "http://127.0.0.1:9/api"}  # never reached
+    bad = subprocess.run([sys.executable, "-m", "flows.train", "--ppo", '{"learning_rate": "fast"}',
+                          "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines() == ["error: ppo.learning_rate must be a number, got 'fast'"]
+    down = subprocess.run([sys.executable, "-m", "flows.train", "--max-rounds", "1",
+                           "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert down.returncode == 2 and "http://127.0.0.1:9/api does not answer" in down.stderr
+    assert len(down.stderr.strip().splitlines()) == 1
