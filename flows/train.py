@@ -342,7 +342,8 @@ def run_rounds(session: TrainingSession, backend: ActorBackend, tracker: RunTrac
                                      "rollout/batches": float(exc.returned)}, step=k)
                 raise
             chaos_point("round_work", k)
-            metrics = session.record(batches, stats, time.perf_counter() - started, failed_billed_s)
+            metrics = session.record(batches, stats, time.perf_counter() - started, failed_billed_s,
+                                     warm_idle_s=backend.idle_billed_s())
             if cfg.eval_every and (session.round_index % cfg.eval_every == 0 or session.stop_reason):
                 metrics.update(evaluate(session, cfg.eval_episodes))
             chaos_point("recorded", k)

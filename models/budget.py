@@ -19,8 +19,9 @@ A round of I actors is started only when its bound fits in what is left of B (ro
 - M = BOUND_MARGIN covers round-to-round variation of measured durations.
 
 The learner's start-up is measured before round 0 and is exact, so it gets no margin.
-Kept-warm idle seconds (models/cost.py warm_idle_cost) are not in the bound until a backend
-reports them.
+Kept-warm idle seconds (a work pool's warm servers, models/cost.py warm_idle_cost) enter the
+bound as the most a round has billed so far, times M; round 0 has no such measure, so with
+warm actors its bound does not cover the servers' idle time before it.
 """
 
 from __future__ import annotations
@@ -76,9 +77,13 @@ class Measured:
     """Smallest batch (samples) the learner has updated on; 0: none yet."""
     max_actors: int = 0
     """Most actors a round has had."""
+    warm_idle_s: float = 0.0
+    """Most idle seconds of kept-warm actors billed in a round."""
     rounds: int = 0
 
-    def observe(self, actor_billed_s: list[float], learner_s: float, samples: int, shape: RunShape) -> None:
+    def observe(self, actor_billed_s: list[float], learner_s: float, samples: int, shape: RunShape,
+                warm_idle_s: float = 0.0) -> None:
+        self.warm_idle_s = max(self.warm_idle_s, warm_idle_s)
         if actor_billed_s:
             self.actor_s = max(self.actor_s, max(actor_billed_s))
         self.learner_s_per_unit = max(self.learner_s_per_unit, learner_s / shape.units(samples))
@@ -116,7 +121,7 @@ def round_bound(actors: int, shape: RunShape, measured: Measured, prices: PriceT
     learner_s = rate * shape.units(max(samples, measured.min_batch))
     learner_price = prices.learner_per_second(shape.learner_device)
     return RoundBound(actors=actors,
-                      actors_usd=BOUND_MARGIN * actor_s * prices.actor_per_second,
+                      actors_usd=BOUND_MARGIN * (actor_s + measured.warm_idle_s) * prices.actor_per_second,
                       learner_usd=BOUND_MARGIN * learner_s * learner_price,
                       startup_usd=learner_startup_s * learner_price)
 

@@ -250,7 +250,7 @@ class TrainingSession:
             metrics["cost/round_bound_usd"] = self._admitted.total_usd
             self._admitted = None
         p.measured.observe(actor_billed_s(batches, failed_billed_s), learner_s,
-                           sum(b.steps for b in batches), self.shape)
+                           sum(b.steps for b in batches), self.shape, warm_idle_s)
         p.actors_usd += metrics["cost/actors_usd"]
         p.learner_usd += metrics["cost/learner_usd"]
         p.startup_usd += metrics["cost/startup_usd"]

@@ -37,6 +37,10 @@ class ActorBackend(Protocol):
         (killed), not left running.
         """
 
+    def idle_billed_s(self) -> float:
+        """Seconds of kept-warm actor capacity that sat idle since the last call and is billed
+        (a work pool's warm servers); 0 where nothing idle is billed."""
+
     def close(self) -> None: ...
 
 
@@ -56,6 +60,11 @@ class LocalBackend:
         batch.timings.dispatched_at = dispatched_at
         batch.timings.received_at = time.time()
         return batch
+
+    def idle_billed_s(self) -> float:
+        # The worker processes stand in for per-round serverless actors: their idle time is
+        # this machine's, not a bill (the run is priced as if each actor ran fresh).
+        return 0.0
 
     def close(self) -> None:
         self.pool.close()

@@ -148,6 +148,9 @@ class DaskBackend:
         with contextlib.suppress(Exception):
             self.client.restart_workers(workers, timeout=120)
 
+    def idle_billed_s(self) -> float:
+        return 0.0  # workers are the user's cluster: its bill is the cluster's, not per actor
+
     def close(self) -> None:
         try:
             self.client.close()

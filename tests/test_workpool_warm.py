@@ -55,6 +55,15 @@ def runs_of(stack, flow_name: str):
 def test_warm_actors_start_in_under_a_second(stack, warm):
     """Two rounds of two actors on two pre-warmed servers, each job inline in its server."""
     assert all(s.ready for s in warm.servers())
+    import time
+
+    # a warm pool is billed while it waits: both servers, from their start until now
+    before = time.time()
+    booted_idle = warm.idle_billed_s()
+    assert booted_idle > 0
+    time.sleep(0.5)
+    assert warm.idle_billed_s() >= 2 * 0.5 * 0.9  # two idle servers, half a second each
+    assert time.time() - before < 5
     batches = []
     for k in range(2):
         with ThreadPoolExecutor(2) as ex:

@@ -97,6 +97,10 @@ class WorkPoolBackend:
                              idle_timeout_s=server_idle_timeout_s, as_subflows=warm_subflows,
                              prewarm=prewarm, ready_timeout_s=ready_timeout_s)
 
+    def idle_billed_s(self) -> float:
+        """Seconds warm actor servers were kept idle since the last call (billed as actors)."""
+        return self.pool.take_idle_s()
+
     # -- the two calls a round makes -----------------------------------------------------
     def run(self, job: ActorJob, timeout_s: float | None = None) -> RolloutBatch:
         if self._closed.is_set():

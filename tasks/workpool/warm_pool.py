@@ -74,6 +74,8 @@ class Server:
     dead: bool = False
     retiring: bool = False
     checked_at: float = 0.0
+    idle_since: float | None = None
+    """When this server last became free (its start, or its last job's end); None while busy."""
 
     def info(self) -> ServerInfo:
         return ServerInfo(self.server_id, self.flow_run_id, self.seq, self.ready, self.busy,
@@ -93,6 +95,7 @@ class WarmPool:
                  ready_timeout_s: float):
         self.store = store
         self.keys = keys
+        self._idle_s = 0.0  # banked idle seconds of warm servers, taken by take_idle_s()
         self.launcher = launcher
         self.monitor = monitor
         self.deployment_id = deployment_id
@@ -172,7 +175,7 @@ class WarmPool:
 
     # -- starting and stopping servers ---------------------------------------------------
     def _start_server(self) -> Server:
-        server = Server(server_id=new_token())
+        server = Server(server_id=new_token(), idle_since=time.time())
         with self._lock:
             self._servers.append(server)
         server.flow_run_id = self.launcher.create_server_run(
@@ -193,6 +196,8 @@ class WarmPool:
             thread.start()
 
     def _stop_server(self, server: Server) -> None:
+        self._bank_idle(server, time.time())  # billed until it is told to stop
+        server.idle_since = None
         with contextlib.suppress(Exception):  # best effort: close() cancels one that stays up
             self.store.put(self.keys.inbox(server.server_id, server.seq), b"")
         server.seq += 1
@@ -211,8 +216,26 @@ class WarmPool:
                     continue
                 if self._is_ready(server):
                     server.busy = True
+                    self._bank_idle(server, time.time())
+                    server.idle_since = None
                     return server
         return None
+
+    def _bank_idle(self, server: Server, now: float) -> None:
+        if server.idle_since is not None:
+            self._idle_s += max(now - server.idle_since, 0.0)
+
+    def take_idle_s(self) -> float:
+        """Seconds the warm servers sat kept but idle (booting included) since the last call:
+        a warm pool is billed while it waits, not only while it samples."""
+        now = time.time()
+        with self._lock:
+            for server in self._servers:
+                if not server.dead and server.idle_since is not None:
+                    self._bank_idle(server, now)
+                    server.idle_since = now
+            idle, self._idle_s = self._idle_s, 0.0
+        return idle
 
     def hand(self, server: Server, job_id: str) -> None:
         """Put the job id in the server's inbox (it is busy: nobody else writes there now)."""
@@ -222,6 +245,7 @@ class WarmPool:
     def release(self, server: Server) -> None:
         with self._lock:
             server.busy = False
+            server.idle_since = time.time()
 
     def kill(self, server: Server, why: str, subflow_id: UUID | None) -> None:
         """A server running a job past its timeout is that job's process: cancel it (and the
