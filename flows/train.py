@@ -236,6 +236,7 @@ def train(
                              "summary/actors_usd": summary.actors_cost_usd,
                              "summary/learner_usd": summary.learner_cost_usd,
                              "summary/startup_usd": summary.startup_cost_usd,
+                             "summary/lost_attempts_usd": session.progress.lost_usd,
                              "summary/projected_aci_startup_usd": summary.projected_aci_startup_usd,
                              "summary/server_cluster_cost_usd": summary.server_cluster_cost_usd,
                              "summary/server_cluster_cost_no_startup_usd":
