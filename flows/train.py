@@ -124,7 +124,16 @@ def round_flow(session: TrainingSession, backend: ActorBackend, journal: RoundJo
     return train_round
 
 
-@flow(name="train", persist_result=False, validate_parameters=True)
+def train_run_name() -> str:
+    """The Prefect flow-run name says what ran: workload, scheduler and seed (or the resume)."""
+    p = flow_run_context.parameters
+    if p.get("resume"):
+        return f"resume-{Path(p['resume']).parent.name[:12]}"
+    scheduler = p.get("scheduler") or "preset"
+    return f"{p.get('env') or 'CartPole-v1'}-{scheduler.replace(':', '')}-seed{p.get('seed') or 0}"
+
+
+@flow(name="train", flow_run_name=train_run_name, persist_result=False, validate_parameters=True)
 def train(
     env: str | None = None,
     scheduler: str | None = None,

@@ -70,6 +70,8 @@ def test_train_two_rounds_two_actors(prefect_api_url, mlflow_uri, tmp_path):
             flow_filter=FlowFilter(name=FlowFilterName(any_=["train-round"])))
         ours = [r for r in rounds if r.state.is_completed()]
         assert {r.name for r in ours} >= {"round-0-x2", "round-1-x2"}
+        trains = prefect.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["train"])))
+        assert "CartPole-v1-fixed2-seed3" in {r.name for r in trains}  # says what ran
         tasks = prefect.read_task_runs()
         names = {t.name for t in tasks}
         assert {"rollout-r0-a0", "rollout-r0-a1", "rollout-r1-a0", "rollout-r1-a1",
