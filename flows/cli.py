@@ -56,3 +56,31 @@ def _parser_for(name: str, hint: Any) -> Callable[[str], Any]:
     if hint is bool:
         return lambda text: text.lower() in ("1", "true", "yes")
     return hint if hint in (int, float, str) else str
+
+
+def quiet_console(verbose: bool = False) -> None:
+    """One line per round on the terminal: task runs' and round subflows' INFO chatter ("Finished
+    in state Completed()", 8+ lines a round) stays off the console. Only the console handler is
+    filtered: every record still reaches the Prefect API. `verbose` keeps everything."""
+    import logging
+
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    if verbose:
+        return
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, PrefectConsoleHandler) and not any(
+                isinstance(f, _RoundChatter) for f in handler.filters):
+            handler.addFilter(_RoundChatter())
+
+
+class _RoundChatter:
+    """Drops INFO from task runs and from `train-round` subflows (their warnings stay)."""
+
+    def filter(self, record) -> bool:
+        if record.levelno >= 30:  # WARNING and above always show
+            return True
+        if record.name == "prefect.task_runs":
+            return False
+        return not (record.name == "prefect.flow_runs"
+                    and str(getattr(record, "flow_run_name", "")).startswith("round-"))

@@ -31,7 +31,7 @@ from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settin
 from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
 
 from deployments.local_api import prefect_api  # noqa: E402
-from flows.cli import flow_arguments, given_arguments  # noqa: E402
+from flows.cli import flow_arguments, given_arguments, quiet_console  # noqa: E402
 from flows.tracking import RunTracker, default_tracking_uri, project_root  # noqa: E402
 from models.checkpoint import RunCheckpoint, load_run_checkpoint  # noqa: E402
 from models.config import ConfigError, RunConfig  # noqa: E402
@@ -361,9 +361,9 @@ def run_rounds(session: TrainingSession, backend: ActorBackend, tracker: RunTrac
             chaos_point("saved", k)
             tracker.log_metrics(metrics, step=k)
             chaos_point("logged", k)
-            logger.info("round %d: %d actors, return %.1f, P_k %.2fs, wall %.2fs, $%.6f",
+            logger.info("round %d: %d actors, return %.1f, P_k %.2fs, wall %.2fs, $%.6f ($%.6f of B left)",
                         k, actors, metrics["rollout/ep_return_mean"], metrics["time/round_s"],
-                        metrics["time/round_wall_s"], metrics["cost/round_usd"])
+                        metrics["time/round_wall_s"], metrics["cost/round_usd"], session.budget_left_usd)
             if metrics["rollout/episodes"] == 0 and not cfg.eval_every and not warned_no_episodes:
                 warned_no_episodes = True
                 message = (f"round {k}: no episode of {cfg.env_id} ended inside a {cfg.fragment}-step "
@@ -419,7 +419,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Train PPO with MinionsRL on Prefect.")
     flow_arguments(parser, train.fn)
     parser.add_argument("--seeds", type=int, nargs="*", help="run one training per seed (overrides --seed)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="show every task run's and round subflow's log lines on the console too "
+                             "(they always reach Prefect)")
     args = vars(parser.parse_args(argv))
+    quiet_console(args.pop("verbose"))
     seeds = args.pop("seeds") or [args.pop("seed")]
     args.pop("seed", None)
     try:  # bad input: one line, before the temporary API or any actor starts
