@@ -154,7 +154,7 @@ class LearnedScheduler:
 
 FORMAT, VERSION = "minionsrl.scheduler", 2
 """Version 2: tensors + a JSON-able header, read with weights_only=True. (Version 1, the string
-format "minionsrl.scheduler/1", was a pickle that needed weights_only=False.)"""
+format "minionsrl.scheduler/1", was a full pickle that cannot be read safely, and is refused.)"""
 
 HEADER_KEYS = ("i_max", "features", "normaliser", "agent_config", "scale", "updates",
                "episodes_seen", "meta")
