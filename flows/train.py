@@ -335,6 +335,10 @@ def run_rounds(session: TrainingSession, backend: ActorBackend, tracker: RunTrac
     warned_no_episodes = False
     # Round subflows skip heartbeats: each costs up to 1 s at flow exit (the heartbeat
     # thread sleeps in 1 s steps before join). The parent `train` run keeps its own.
+    # The actors started before round 0 boot while the learner is built; their boots are billed
+    # in round 0, inside its budget bound.
+    backend.await_prewarm()
+    session.note_backend_startup(backend.take_startup_s())
     with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
         while session.stop_reason is None:
             k = session.round_index
@@ -353,7 +357,8 @@ def run_rounds(session: TrainingSession, backend: ActorBackend, tracker: RunTrac
                 raise
             chaos_point("round_work", k)
             metrics = session.record(batches, stats, time.perf_counter() - started, failed_billed_s,
-                                     warm_idle_s=backend.idle_billed_s())
+                                     warm_idle_s=backend.idle_billed_s(),
+                                     pool_startup_s=backend.take_startup_s())
             if cfg.eval_every and (session.round_index % cfg.eval_every == 0 or session.stop_reason):
                 metrics.update(evaluate(session, cfg.eval_episodes))
             chaos_point("recorded", k)

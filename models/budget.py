@@ -18,7 +18,8 @@ A round of I actors is started only when its bound fits in what is left of B (ro
   per-update overhead dominates.
 - M = BOUND_MARGIN covers round-to-round variation of measured durations.
 
-The learner's start-up is measured before round 0 and is exact, so it gets no margin.
+The learner's start-up and the boots of the backend's pre-warmed workers are measured before
+round 0 and are exact, so they get no margin.
 Kept-warm idle seconds (a work pool's warm servers, models/cost.py warm_idle_cost) enter the
 bound as the most a round has billed so far, times M; round 0 has no such measure, so with
 warm actors its bound does not cover the servers' idle time before it.
@@ -100,7 +101,7 @@ class RoundBound:
     actors_usd: float
     learner_usd: float
     startup_usd: float
-    """The learner's start-up, when this round pays it."""
+    """The learner's start-up and the backend's pre-warm boots, when this round pays them."""
 
     @property
     def total_usd(self) -> float:
@@ -108,8 +109,9 @@ class RoundBound:
 
 
 def round_bound(actors: int, shape: RunShape, measured: Measured, prices: PriceTable,
-                learner_startup_s: float = 0.0) -> RoundBound:
-    """The bound of the module docstring for a round of `actors` actors."""
+                learner_startup_s: float = 0.0, pool_startup_s: float = 0.0) -> RoundBound:
+    """The bound of the module docstring for a round of `actors` actors; pool_startup_s: the
+    backend's measured start-up (pre-warmed worker boots) this round pays, exact like the learner's."""
     prior_actor_s = shape.prior_actor_s(prices)
     if measured.rounds == 0:
         actor_s = actors * prior_actor_s
@@ -123,7 +125,8 @@ def round_bound(actors: int, shape: RunShape, measured: Measured, prices: PriceT
     return RoundBound(actors=actors,
                       actors_usd=BOUND_MARGIN * (actor_s + measured.warm_idle_s) * prices.actor_per_second,
                       learner_usd=BOUND_MARGIN * learner_s * learner_price,
-                      startup_usd=learner_startup_s * learner_price)
+                      startup_usd=learner_startup_s * learner_price
+                      + pool_startup_s * prices.actor_per_second)
 
 
 def calibrate_learner(policy: torch.nn.Module, obs_shape: tuple[int, ...], obs_dtype, discrete: bool,

@@ -178,7 +178,8 @@ class RoundBill:
     learner_usd: float
     """The learner's update, on the resource of learner_device."""
     startup_usd: float
-    """Actors' measured start-up, plus the learner's start-up in the run's first round."""
+    """Actors' measured start-up, the backend's start-up outside any actor (pre-warmed worker
+    boots), and the learner's start-up in the run's first round."""
     learner_device: str
     """'cuda' or 'cpu': what the learner ran on and was billed as."""
     warm_idle_usd: float = 0.0
@@ -194,13 +195,15 @@ class RoundBill:
 def bill_round(learner_s: float, learner_device: str, actor_s: list[float],
                actor_startup_s: list[float], prices: PriceTable, *,
                learner_startup_s: float = 0.0, warm_idle_s: float = 0.0,
-               containers_started: int | None = None) -> RoundBill:
+               pool_startup_s: float = 0.0, containers_started: int | None = None) -> RoundBill:
     """The round's bill (SPEC §3).
 
     actor_s: every billed actor second (durations, failed and retried attempts), start-up
         included; actor_startup_s: the measured start-up within them (a part, not an addition).
     learner_startup_s: the learner's start-up when this round pays it (the run's first round).
     warm_idle_s: seconds kept-warm actors waited idle for this round (billed at the actor price).
+    pool_startup_s: actor start-up the backend incurred outside any actor's billed time (worker
+        processes booted before the first round), billed at the actor price as start-up.
     containers_started: actors the "as on ACI" projection starts (default: len(actor_s)).
     """
     actor_price = prices.actor_per_second
@@ -213,7 +216,7 @@ def bill_round(learner_s: float, learner_device: str, actor_s: list[float],
     return RoundBill(
         actors_usd=(run_s + warm_idle_s) * actor_price,
         learner_usd=learner_s * learner_price,
-        startup_usd=startup_s * actor_price + learner_startup_s * learner_price,
+        startup_usd=(startup_s + pool_startup_s) * actor_price + learner_startup_s * learner_price,
         learner_device=learner_device.split(":")[0],
         warm_idle_usd=warm_idle_cost(warm_idle_s, prices),
         projected_aci_startup_usd=projected,

@@ -51,7 +51,7 @@ def actor_billed_s(batches: list[RolloutBatch], failed_billed_s: list[float] | N
 def round_metrics(batches: list[RolloutBatch], learner_s: float, wall_s: float,
                   prices: PriceTable, failed_billed_s: list[float] | None = None, *,
                   learner_device: str, learner_startup_s: float = 0.0,
-                  warm_idle_s: float = 0.0) -> dict[str, float]:
+                  warm_idle_s: float = 0.0, pool_startup_s: float = 0.0) -> dict[str, float]:
     """Time, cost and sampling figures of one round, with MLflow-style grouped keys.
 
     failed_billed_s: billed seconds of actors that failed every attempt; retried attempts of
@@ -60,6 +60,7 @@ def round_metrics(batches: list[RolloutBatch], learner_s: float, wall_s: float,
     learner_startup_s: the learner's measured start-up, in the one round that pays it.
     warm_idle_s: idle seconds of kept-warm actors waiting for this round (0 until a backend
     reports them).
+    pool_startup_s: the backend's actor start-up outside any actor (pre-warmed worker boots).
     """
     failed_billed_s = failed_billed_s or []
     timings = [b.timings for b in batches]
@@ -93,7 +94,7 @@ def round_metrics(batches: list[RolloutBatch], learner_s: float, wall_s: float,
             out[f"time/actor_{key}"] = float(np.mean(values))
     bill = bill_round(learner_s, learner_device, durations + retried_s + failed_billed_s,
                       [p.startup_s for p in phases], prices, learner_startup_s=learner_startup_s,
-                      warm_idle_s=warm_idle_s,
+                      warm_idle_s=warm_idle_s, pool_startup_s=pool_startup_s,
                       containers_started=len(batches) + len(failed_billed_s)
                       + sum(t.attempts - 1 for t in timings))
     out.update({
@@ -105,6 +106,7 @@ def round_metrics(batches: list[RolloutBatch], learner_s: float, wall_s: float,
         "cost/projected_aci_startup_usd": bill.projected_aci_startup_usd,
         "cost/learner_on_cuda": float(bill.learner_device == "cuda"),
         "time/learner_startup_s": learner_startup_s,
+        "time/pool_startup_s": pool_startup_s,
     })
     sampling = sum(p.sampling_s for p in phases)
     out["perf/actor_steps_per_s"] = steps / sampling if sampling > 0 else math.nan

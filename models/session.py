@@ -148,6 +148,7 @@ class TrainingSession:
                                    self.spaces.discrete, self.spaces.n_actions, cfg.ppo.minibatch_size)
         self.learner_startup_s = time.perf_counter() - started
         self._learner_startup_due = True
+        self._pool_startup_due_s = 0.0  # the backend's pre-warm boots, billed in the next round
         self.shape = RunShape(fragment=cfg.fragment, update_epochs=cfg.ppo.update_epochs,
                               minibatch_size=cfg.ppo.minibatch_size, backend=cfg.backend.name,
                               learner_device=self.learner_device, learner_s_per_unit_calibrated=step_s)
@@ -198,7 +199,13 @@ class TrainingSession:
     def round_bound(self, actors: int) -> RoundBound:
         """An upper bound of the next round's cost with `actors` actors (models/budget.py)."""
         return round_bound(actors, self.shape, self.progress.measured, self.prices,
-                           self.learner_startup_s if self._learner_startup_due else 0.0)
+                           self.learner_startup_s if self._learner_startup_due else 0.0,
+                           self._pool_startup_due_s)
+
+    def note_backend_startup(self, seconds: float) -> None:
+        """Actor start-up the backend incurred before a round and outside any actor (its worker
+        processes booting before round 0): billed in the next round, inside its budget bound."""
+        self._pool_startup_due_s += max(seconds, 0.0)
 
     def admit_round(self, actors: int) -> bool:
         """The budget rule: a round starts only when an upper bound of its cost fits in what is
@@ -231,20 +238,25 @@ class TrainingSession:
     # -- after a round -------------------------------------------------------------------
     def record(self, batches: list[RolloutBatch], learner_stats: dict[str, float],
                wall_s: float, failed_billed_s: list[float] | None = None,
-               warm_idle_s: float = 0.0) -> dict[str, float]:
+               warm_idle_s: float = 0.0, pool_startup_s: float = 0.0) -> dict[str, float]:
         """Fold a finished round into the run's totals and apply the target and K rules;
         returns the round's metrics (MLflow names).
 
         warm_idle_s: idle seconds of kept-warm actors waiting for this round, billed at the actor
         price (models/cost.py warm_idle_cost); 0 until the backend reports them.
+        pool_startup_s: the backend's actor start-up outside any actor during this round (a
+        replacement worker that booted idle), billed as start-up with what note_backend_startup
+        left due.
         """
         p = self.progress
         learner_s = learner_stats["time/learner_s"]
         metrics = round_metrics(batches, learner_s, wall_s, self.prices, failed_billed_s,
                                 learner_device=self.learner_device,
                                 learner_startup_s=self.learner_startup_s if self._learner_startup_due else 0.0,
-                                warm_idle_s=warm_idle_s)
+                                warm_idle_s=warm_idle_s,
+                                pool_startup_s=self._pool_startup_due_s + pool_startup_s)
         self._learner_startup_due = False
+        self._pool_startup_due_s = 0.0
         metrics.update(learner_stats)
         if self._admitted is not None:
             metrics["cost/round_bound_usd"] = self._admitted.total_usd

@@ -41,6 +41,13 @@ class ActorBackend(Protocol):
         """Seconds of kept-warm actor capacity that sat idle since the last call and is billed
         (a work pool's warm servers); 0 where nothing idle is billed."""
 
+    def await_prewarm(self) -> None:
+        """Block until the actors started before the first round are ready (once)."""
+
+    def take_startup_s(self) -> float:
+        """Actor start-up seconds the backend incurred outside any actor's billed time since
+        the last call (worker processes booted before a job reached them); billed as start-up."""
+
     def close(self) -> None: ...
 
 
@@ -65,6 +72,12 @@ class LocalBackend:
         # The worker processes stand in for per-round serverless actors: their idle time is
         # this machine's, not a bill (the run is priced as if each actor ran fresh).
         return 0.0
+
+    def await_prewarm(self) -> None:
+        self.pool.wait_ready()
+
+    def take_startup_s(self) -> float:
+        return self.pool.take_startup_s()
 
     def close(self) -> None:
         self.pool.close()

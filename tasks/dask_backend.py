@@ -83,6 +83,7 @@ class DaskBackend:
         # for a cluster at an address, set it in that scheduler's config.
         dask.config.set({"distributed.scheduler.allowed-failures": 0})
         self.cluster = None
+        started = time.time()
         if address:
             self.client = Client(address)
         else:
@@ -101,6 +102,10 @@ class DaskBackend:
         if prewarm:
             self.client.wait_for_workers(1, timeout=180)
             self.client.run(_prewarm, env_id)
+        # Workers of a cluster we started boot for this run: each bills that start-up once. A
+        # cluster at an address is the user's, billed as theirs.
+        self._unbilled_startup_s = (0.0 if address else
+                                    (time.time() - started) * len(self.client.scheduler_info()["workers"]))
 
     def run(self, job: ActorJob, timeout_s: float | None = None) -> RolloutBatch:
         from distributed import TimeoutError as DaskTimeoutError
@@ -150,6 +155,13 @@ class DaskBackend:
 
     def idle_billed_s(self) -> float:
         return 0.0  # workers are the user's cluster: its bill is the cluster's, not per actor
+
+    def await_prewarm(self) -> None:
+        pass  # the constructor waited (prewarm)
+
+    def take_startup_s(self) -> float:
+        taken, self._unbilled_startup_s = self._unbilled_startup_s, 0.0
+        return taken
 
     def close(self) -> None:
         try:

@@ -63,6 +63,8 @@ class _Worker:
     spawned_at: float
     ready_at: float | None = None
     jobs: int = 0
+    boot_billed: bool = False
+    """Its boot is in a bill: banked for take_startup_s, or in a cold actor's start-up."""
 
     def poll_ready(self) -> bool:
         """Consume the READY message if it has arrived (non-blocking)."""
@@ -97,6 +99,7 @@ class LocalActorPool:
         self.ready_timeout_s = ready_timeout_s
         self._warming = prewarm  # first run() waits until the first workers are ready
         self._warm_lock = threading.Lock()
+        self._unbilled_boot_s = 0.0  # boots outside any actor's billed time, for take_startup_s
         for _ in range(self.workers):
             self._idle.append(self._spawn())
 
@@ -118,6 +121,24 @@ class LocalActorPool:
                     with self._lock:  # a worker that died booting is replaced by _acquire
                         worker.poll_ready()
             self._warming = False
+
+    def take_startup_s(self) -> float:
+        """Boot seconds (spawn to ready) of worker processes that booted outside any actor's
+        billed time, since the last call: those started with the pool, or replacing a dead one,
+        that were ready before a job reached them. A cold actor's wait for its worker's boot is
+        billed in that actor's start-up instead (models/timings.py count_boot_as_startup)."""
+        with self._lock:
+            for worker in self._idle:
+                if worker.poll_ready():
+                    self._bank_boot(worker, worker.ready_at)
+            taken, self._unbilled_boot_s = self._unbilled_boot_s, 0.0
+        return taken
+
+    def _bank_boot(self, worker: _Worker, until: float) -> None:
+        """Caller holds the lock."""
+        if not worker.boot_billed:
+            worker.boot_billed = True
+            self._unbilled_boot_s += max(until - worker.spawned_at, 0.0)
 
     # -- workers -------------------------------------------------------------------------
     def _spawn(self) -> _Worker:
@@ -186,6 +207,8 @@ class LocalActorPool:
         worker = self._acquire(job.actor_index)
         handed_at = time.time()
         cold = worker.ready_at is None
+        with self._lock:  # a cold worker's boot from here on is billed in the actor's start-up
+            self._bank_boot(worker, handed_at if cold else worker.ready_at)
         try:
             worker.conn.send(job)
         except (OSError, ValueError) as exc:

@@ -140,3 +140,20 @@ def test_actor_process_modules_do_not_load_prefect():
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == ""
+
+
+def test_pool_boots_are_reported_once_for_billing_and_match_the_processes_boot():
+    b = LocalBackend(workers=2, warm_env_id="CartPole-v1")
+    try:
+        b.await_prewarm()
+        boots = b.take_startup_s()
+        # two real processes booted (imports, env build): each takes well over 0.1 s here
+        assert 2 * 0.1 < boots
+        workers = b.pool._idle
+        assert all(w.boot_billed for w in workers)
+        assert boots == pytest.approx(sum(w.ready_at - w.spawned_at for w in workers))
+        assert b.take_startup_s() == 0.0  # reported once
+        batch = b.run(make_job(), timeout_s=60)
+        assert batch.timings.cold_start is False and b.take_startup_s() == 0.0
+    finally:
+        b.close()

@@ -41,7 +41,7 @@ def test_packaged_table_converts_hourly_prices_to_per_second(prices):
     assert prices.learner_per_second("cpu") * 3600 == pytest.approx(0.2332)
     assert prices.learner_per_second("cuda:0") * 3600 == pytest.approx(3.2932)
     assert prices.server_startup_s == 300.0
-    assert prices.aci_startup_s == 30.0
+    assert prices.aci_startup_s == 90.0
     for source in (prices.learner_cpu_source, prices.aci_startup_source,
                    prices.server_startup_source, prices.prior.source):
         assert len(source) > 40  # every new row says where it comes from
@@ -99,9 +99,9 @@ def test_round_bill_parts_add_up_exactly_and_name_the_device(prices):
     plain = bill_round(2.0, "cuda:0", [3.0, 3.0], [0.5, 0.5], prices)
     assert plain.round_usd == pytest.approx(round_cost(2.0, [3.0, 3.0], prices, "cuda"))
     assert plain.learner_device == "cuda"
-    # the "as on ACI" projection: 30 s per container started (and the learner's when it starts)
-    assert plain.projected_aci_startup_usd == pytest.approx(30.0 * 2 * actor)
-    assert bill.projected_aci_startup_usd == pytest.approx(30.0 * (2 * actor + learner))
+    # the "as on ACI" projection: 90 s per container started (and the learner's when it starts)
+    assert plain.projected_aci_startup_usd == pytest.approx(90.0 * 2 * actor)
+    assert bill.projected_aci_startup_usd == pytest.approx(90.0 * (2 * actor + learner))
 
 
 def test_round_cost_with_bigger_actor_memory(prices):

@@ -80,7 +80,7 @@ def test_round_metrics():
         "time/actor_upload_s", "perf/actor_steps_per_s", "time/actor_busy_s",
         "rollout/batches", "rollout/actor_failures", "rollout/actor_retries", "cost/actors_usd",
         "cost/learner_usd", "cost/startup_usd", "cost/warm_idle_usd", "cost/projected_aci_startup_usd",
-        "cost/learner_on_cuda", "time/learner_startup_s"}
+        "cost/learner_on_cuda", "time/learner_startup_s", "time/pool_startup_s"}
     durations = [2.1, 1.0]
     assert out["time/round_s"] == pytest.approx(3.0 + max(durations))  # P_k = P^l + max_i P^a
     assert out["time/actor_max_s"] == pytest.approx(2.1)

@@ -147,3 +147,22 @@ def test_every_scheduler_state_survives_a_weights_only_checkpoint(tmp_path, sche
     resumed.load(load_run_checkpoint(tmp_path / "latest.pt"))
     assert [resumed.scheduler.choose(resumed.state()) for _ in range(3)] == \
         [s.scheduler.choose(s.state()) for _ in range(3)]
+
+
+def test_backend_boots_before_round_0_are_in_its_bound_and_billed_once_as_start_up():
+    s = session(max_rounds=5)
+    without = s.round_bound(2)
+    s.note_backend_startup(4.0)  # two worker processes booted 2 s each before round 0
+    with_boots = s.round_bound(2)
+    boots_usd = 4.0 * s.prices.actor_per_second
+    assert with_boots.startup_usd == pytest.approx(without.startup_usd + boots_usd)
+    assert s.admit_round(2)
+    first = finish_round(s, [1.0])
+    assert first["time/pool_startup_s"] == 4.0
+    assert first["cost/round_usd"] == pytest.approx(
+        first["cost/actors_usd"] + first["cost/learner_usd"] + first["cost/startup_usd"])
+    assert first["cost/startup_usd"] >= boots_usd
+    assert first["cost/round_usd"] <= with_boots.total_usd  # the bound held
+    second = finish_round(s, [1.0])
+    assert second["time/pool_startup_s"] == 0.0  # billed once
+    assert s.round_bound(2).startup_usd == 0.0

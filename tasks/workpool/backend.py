@@ -101,6 +101,12 @@ class WorkPoolBackend:
         """Seconds warm actor servers were kept idle since the last call (billed as actors)."""
         return self.pool.take_idle_s()
 
+    def await_prewarm(self) -> None:
+        self.pool.await_prewarm()
+
+    def take_startup_s(self) -> float:
+        return 0.0  # a warm server's boot is in its idle seconds; a cold actor's in its start-up
+
     # -- the two calls a round makes -----------------------------------------------------
     def run(self, job: ActorJob, timeout_s: float | None = None) -> RolloutBatch:
         if self._closed.is_set():
