@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, Protocol
@@ -183,8 +184,10 @@ def row_metrics(rows: Sequence[AggregateRow], keys: Sequence[str]) -> dict[str, 
 
 
 def metric_label(label: str) -> str:
-    """A row label as an MLflow metric prefix (spaces as underscores)."""
-    return label.replace(" ", "_")
+    """A row label as an MLflow metric prefix: 'best fixed (fixed:8)' -> 'best_fixed_fixed:8'
+    (MLflow names allow letters, digits, _ - . : / and spaces; spaces become underscores too)."""
+    kept = re.sub(r"[^A-Za-z0-9_\-.:/ ]", "", label)
+    return re.sub(r"\s+", "_", kept.strip())
 
 
 def summary_record(summary: RunSummary) -> dict[str, Any]:
@@ -198,3 +201,35 @@ def summary_record(summary: RunSummary) -> dict[str, Any]:
 def stripped(runs: Mapping[str, Sequence[RunSummary]]) -> dict[str, list[dict[str, Any]]]:
     """Every label's summaries without their traces, for results.json."""
     return {label: [summary_record(s) for s in summaries] for label, summaries in runs.items()}
+
+
+FIXED_SWEEP = (1, 2, 4, 8, 16, 32)
+"""The actor counts of the best-fixed sweep (issue 13: Fixed(N), same seeds, in every comparison)."""
+
+
+def fixed_sweep(i_max: int, counts: Sequence[int] = FIXED_SWEEP) -> list[str]:
+    """The Fixed(N) specs of the sweep that a run with this i_max can choose."""
+    return [f"fixed:{n}" for n in counts if 1 <= n <= i_max]
+
+
+def best_fixed(rows: Sequence[AggregateRow]) -> AggregateRow | None:
+    """The best Fixed(N) in hindsight: of the `fixed:N` rows that reached J on every seed, the one
+    with the lowest mean cost (then the lowest mean time); None when none reached J every time."""
+    candidates = [r for r in rows if r.label.startswith("fixed:") and r.runs and r.reached == r.runs]
+    if not candidates:
+        return None
+    return min(candidates, key=lambda r: (r.cost_usd_mean, r.time_s_mean))
+
+
+COST_TOLERANCE = 0.05
+"""Issue 13: the learned scheduler's cost within 5% of the best fixed N, at no more time."""
+
+
+def judge_against_best_fixed(learned: AggregateRow, best: AggregateRow) -> dict[str, bool]:
+    """The goal against the best fixed count: cost within 5% of it at no more time, or better on
+    both; a learned scheduler that missed J on a seed does not meet it."""
+    cost_ok = learned.cost_usd_mean <= (1 + COST_TOLERANCE) * best.cost_usd_mean
+    time_ok = learned.time_s_mean <= best.time_s_mean
+    return {f"cost <= 1.05 x best fixed ({best.label})": cost_ok,
+            f"time <= best fixed ({best.label})": time_ok,
+            "reached J on every seed": learned.reached == learned.runs}

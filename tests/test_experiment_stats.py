@@ -12,11 +12,15 @@ from models.experiment_stats import (
     PhaseRow,
     actor_rounds,
     aggregate,
+    best_fixed,
     finite_row,
+    fixed_sweep,
+    judge_against_best_fixed,
     markdown_table,
     mean_curve,
     mean_phases,
     mean_std,
+    metric_label,
     phase_row,
     phase_shape,
     phases,
@@ -103,6 +107,7 @@ def test_row_metrics_names_rows_by_label_without_spaces():
     assert row_metrics([a, b], ("time_s_mean", "actor_rounds_mean")) == pytest.approx({
         "server_cluster/time_s_mean": 2.0, "server_cluster/actor_rounds_mean": 4.0,
         "max/time_s_mean": 4.0, "max/actor_rounds_mean": 8.0})
+    assert metric_label("best fixed (fixed:8)") == "best_fixed_fixed:8"
 
 
 @pytest.mark.parametrize(("actors", "expected"), [
@@ -178,3 +183,32 @@ def test_importing_the_statistics_loads_neither_prefect_nor_mlflow():
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == ""
+
+
+def _row(label: str, cost: float, time_s: float, reached: int = 3, runs: int = 3) -> AggregateRow:
+    return AggregateRow(label=label, runs=runs, reached=reached, time_s_mean=time_s, time_s_std=0.0,
+                        cost_usd_mean=cost, cost_usd_std=0.0, rounds_mean=1.0, actors_mean=1.0)
+
+
+def test_fixed_sweep_stops_at_i_max():
+    assert fixed_sweep(32) == ["fixed:1", "fixed:2", "fixed:4", "fixed:8", "fixed:16", "fixed:32"]
+    assert fixed_sweep(8) == ["fixed:1", "fixed:2", "fixed:4", "fixed:8"]
+
+
+def test_best_fixed_is_the_cheapest_count_that_reached_j_on_every_seed():
+    rows = [_row("learned", 0.5, 1.0), _row("fixed:1", 0.1, 50.0, reached=2),  # missed J once
+            _row("fixed:4", 0.3, 9.0), _row("fixed:8", 0.3, 7.0), _row("fixed:32", 0.9, 3.0),
+            _row("max", 0.01, 1.0)]
+    best = best_fixed(rows)
+    assert best.label == "fixed:8"  # cost tie with fixed:4, faster
+    assert best_fixed([_row("fixed:2", 0.1, 1.0, reached=0)]) is None
+
+
+def test_judged_against_the_best_fixed_count():
+    best = _row("fixed:8", 1.0, 10.0)
+    assert all(judge_against_best_fixed(_row("learned", 1.04, 10.0), best).values())
+    checks = judge_against_best_fixed(_row("learned", 1.06, 9.0), best)
+    assert checks == {"cost <= 1.05 x best fixed (fixed:8)": False, "time <= best fixed (fixed:8)": True,
+                      "reached J on every seed": True}
+    assert not judge_against_best_fixed(_row("learned", 0.5, 10.5), best)["time <= best fixed (fixed:8)"]
+    assert not judge_against_best_fixed(_row("learned", 0.5, 5.0, reached=2), best)["reached J on every seed"]

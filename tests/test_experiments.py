@@ -70,6 +70,29 @@ def test_transfer_end_to_end_on_a_workload_the_source_never_saw(prefect_api_url,
             assert client.get_run(e["run_id"]).data.params["target_return"] == "-100.0"
 
 
+def test_compare_sweeps_fixed_counts_and_judges_the_learned_scheduler_against_the_best(
+        prefect_api_url, mlflow_uri, tmp_path):
+    from flows.experiments import compare_schedulers
+    from models.learned_scheduler import save_scheduler
+    from models.scheduler_agent import SchedulerAgent
+
+    learned = save_scheduler(tmp_path / "s.pt", SchedulerAgent(2, seed=3), meta={})
+    # J=15: a fresh CartPole policy's episodes average about 20, so every run stops at round 0
+    result = compare_schedulers(seeds=[0], learned=str(learned), baselines=[], sweep=[1, 2],
+                                target_return=15.0, tracking_uri=mlflow_uri,
+                                checkpoint_dir=str(tmp_path / "ckpt"), **{**TINY, "i_max": 2})
+    rows = {r["scheduler"]: r for r in result["rows"]}
+    sweep = [rows["fixed:1"], rows["fixed:2"]]
+    assert all(r["reached"] == 1 for r in sweep)
+    cheapest = min(sweep, key=lambda r: (r["cost_usd_mean"], r["time_s_mean"]))
+    best = rows[f"best fixed ({cheapest['scheduler']})"]
+    assert best["cost_usd_mean"] == cheapest["cost_usd_mean"]
+    m = result["metrics"]
+    assert m["learned_vs_best_fixed/cost_ratio"] == pytest.approx(
+        rows["learned"]["cost_usd_mean"] / cheapest["cost_usd_mean"])
+    assert f"time <= best fixed ({cheapest['scheduler']})" in result["checks"]
+
+
 def test_experiments_refuse_unknown_workload_before_any_run(prefect_api_url, mlflow_uri):
     from flows.experiments import compare_schedulers, scheduler_transfer
 
@@ -166,3 +189,14 @@ def test_each_flow_loads_from_its_own_file(monkeypatch, entrypoint, name):
 
     monkeypatch.chdir(Path(__file__).resolve().parents[1])
     assert load_flow_from_entrypoint(entrypoint).name == name
+
+
+def test_an_experiment_reads_unset_settings_from_the_env_preset(mlflow_uri):
+    from flows.experiments.common import Experiment
+    from models.presets import resolve_run_config
+
+    preset = resolve_run_config({"env": "CartPole-v1", "tracking_uri": mlflow_uri, "checkpoint_dir": "c"})
+    with Experiment("probe", "CartPole-v1", {}, {"fragment": 128}, mlflow_uri, None, None) as exp:
+        assert exp.setting("i_max") == preset.i_max == 32  # not given: the preset's
+        assert exp.setting("fragment") == 128  # given
+        assert exp.setting("max_rounds") == preset.max_rounds

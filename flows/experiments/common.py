@@ -34,6 +34,7 @@ from flows.train import train  # noqa: E402
 from models.config import ConfigError  # noqa: E402
 from models.experiment_stats import AggregateRow, TableRow, finite_row, markdown_table  # noqa: E402
 from models.learned_scheduler import SHIPPED  # noqa: E402
+from models.presets import resolve_run_config  # noqa: E402
 from models.session import RunSummary  # noqa: E402
 
 DEFAULT_EXPERIMENT = "minionsrl-experiments"
@@ -78,8 +79,14 @@ class Experiment:
         self.tracker.finish("FAILED" if exc_type else "FINISHED")
 
     def setting(self, name: str) -> Any:
-        """A workload value as the runs get it (None: the env's preset)."""
-        return self.workload.get(name, TRAIN_DEFAULTS[name])
+        """A workload value as the runs get it: given, else the env's preset (a RunConfig field)."""
+        value = self.workload.get(name, TRAIN_DEFAULTS[name])
+        if value is not None:
+            return value
+        given = {k: v for k, v in self.workload.items() if v is not None}
+        cfg = resolve_run_config({**given, "env": self.env, "tracking_uri": self.tracker.tracking_uri,
+                                  "checkpoint_dir": self.checkpoint_dir or "checkpoints"})
+        return getattr(cfg, name)
 
     def train(self, scheduler: str, seed: int) -> RunSummary:
         """A nested `train` run of this experiment's env and workload."""

@@ -1,10 +1,12 @@
-"""The paper's Table 2: the learned scheduler vs Max vs Adapt vs the server-based fixed cluster.
+"""The paper's Table 2: the learned scheduler vs Max vs Adapt vs the server-based fixed cluster,
+and vs the best Fixed(N) in hindsight (a sweep of N, same seeds).
 
     python -m flows.experiments compare --seeds 0 1 2 3 4
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import matplotlib.pyplot as plt
@@ -12,7 +14,16 @@ from prefect import flow, get_run_logger
 
 from flows.experiments.common import LEARNED, Experiment, bars, learned_spec
 from models.cost import PriceTable
-from models.experiment_stats import aggregate, metric_label, row_metrics, stripped
+from models.experiment_stats import (
+    FIXED_SWEEP,
+    aggregate,
+    best_fixed,
+    fixed_sweep,
+    judge_against_best_fixed,
+    metric_label,
+    row_metrics,
+    stripped,
+)
 from models.session import RunSummary
 
 
@@ -22,6 +33,7 @@ def compare_schedulers(
     seeds: list[int] | None = None,
     learned: str = LEARNED,
     baselines: list[str] | None = None,
+    sweep: list[int] | None = None,
     tracking_uri: str | None = None,
     experiment: str | None = None,
     checkpoint_dir: str | None = None,
@@ -34,7 +46,9 @@ def compare_schedulers(
     and billed as the server cluster, once with its billed start-up (summary
     `server_cluster_cost_usd`) and once without (`server_cluster_cost_no_startup_usd`); when
     i_max is 32 these are the Max runs themselves.
-    IMPACT is not run here (no asynchronous learner exists yet).
+    `sweep`: the N of the Fixed(N) runs (default 1, 2, 4, 8, 16, 32, up to i_max; [] for none);
+    the best of them in hindsight (cheapest that reached J on every seed) is a row of its own,
+    and the learned scheduler is judged against it: cost within 5% at no more time.
     `workload`: `train` parameters of every run (i_max, target_return, budget_usd, ...).
     """
     logger = get_run_logger()
@@ -47,6 +61,12 @@ def compare_schedulers(
         server_spec = "max" if i_max == server_cores else f"fixed:{min(server_cores, i_max)}"
         specs = {"learned": learned_spec(learned)}
         specs.update({b: b for b in baselines})
+        sweep_specs = fixed_sweep(i_max, FIXED_SWEEP if sweep is None else sweep)
+        # Max is Fixed(i_max): its runs stand for that count of the sweep, run once
+        same_as_max = f"fixed:{i_max}" if "max" in specs and f"fixed:{i_max}" in sweep_specs else None
+        for spec in sweep_specs:
+            if spec != same_as_max:
+                specs.setdefault(spec, spec)
         if server_spec not in specs.values():
             specs[server_spec] = server_spec
         runs: dict[str, list[RunSummary]] = {label: [] for label in specs}
@@ -56,12 +76,18 @@ def compare_schedulers(
                 runs[label].append(s)
                 logger.info("%s seed %d: %s in %d rounds, time %.2fs, cost $%.5f", label, seed,
                             s.stop_reason, s.rounds, s.time_to_stop_s, s.cost_usd)
+        if same_as_max:
+            runs[same_as_max] = runs["max"]
+            specs[same_as_max] = same_as_max
         server_label = next(label for label, spec in specs.items() if spec == server_spec)
         rows = [aggregate(label, runs[label]) for label in specs]
         rows.append(aggregate("server cluster", runs[server_label], cost_key="server_cluster_cost_usd"))
         # the cluster's start-up is an assumed price-table value: report the cluster without it too
         rows.append(aggregate("server cluster without start-up", runs[server_label],
                               cost_key="server_cluster_cost_no_startup_usd"))
+        best = best_fixed(rows)
+        if best is not None:
+            rows.append(dataclasses.replace(best, label=f"best fixed ({best.label})"))
         by = {r.label: r for r in rows}
         metrics = row_metrics(rows, ("time_s_mean", "time_s_std", "cost_usd_mean", "cost_usd_std"))
         metrics.update({f"{metric_label(r.label)}/reached_frac": r.reached_frac for r in rows})
@@ -74,6 +100,10 @@ def compare_schedulers(
         if "adapt" in by:
             metrics["learned_vs_adapt/time_ratio"] = by["learned"].time_s_mean / by["adapt"].time_s_mean
             checks["time < Adapt"] = metrics["learned_vs_adapt/time_ratio"] < 1.0
+        if best is not None:
+            metrics["learned_vs_best_fixed/cost_ratio"] = by["learned"].cost_usd_mean / best.cost_usd_mean
+            metrics["learned_vs_best_fixed/time_ratio"] = by["learned"].time_s_mean / best.time_s_mean
+            checks.update(judge_against_best_fixed(by["learned"], best))
         exp.tracker.log_metrics(metrics, step=0)
 
         fig, (ax_t, ax_c) = plt.subplots(1, 2, figsize=(11, 4))
