@@ -106,3 +106,18 @@ def test_motion_summary():
     s = MotionSummary.of([EpisodeMotion(1.5, 180.0), EpisodeMotion(-0.5, -60.0)])
     assert (s.forward_displacement_mean, s.forward_displacement_min, s.forward_reward_sum_mean) == \
         (0.5, -0.5, 60.0)
+
+
+def test_locomotion_presets_leave_the_papers_presets_as_they_are():
+    from models.config import ConfigError, PPOConfig
+    from models.presets import preset_for
+
+    base = preset_for("Hopper-v5")
+    assert base["target_return"] == 600 and base["ppo"]["gamma"] == 0.999 and "locomotion" not in base
+    hop = preset_for("Hopper-v5", "locomotion")
+    assert hop["target_return"] == 2000 and hop["max_rounds"] * 8 * hop["fragment"] == 999_424
+    assert hop["ppo"]["gamma"] == 0.99 and hop["ppo"]["anneal_lr"] is True
+    PPOConfig().replace(hop["ppo"]).validate()
+    assert preset_for("HalfCheetah-v5", "locomotion")["target_return"] == 1500
+    with pytest.raises(ConfigError, match="no 'locomotion' preset variant"):
+        preset_for("CartPole-v1", "locomotion")
