@@ -4,6 +4,7 @@ MuJoCo locomotion envs, what the body did in each episode (models/locomotion.py)
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -23,6 +24,8 @@ class Evaluation:
     lengths: tuple[int, ...]
     motions: tuple[EpisodeMotion, ...] | None
     """Per episode, how far the body moved forward; None for envs without a locomotion probe."""
+    wall_s: float = math.nan
+    """Seconds the evaluation took (not part of any round's time)."""
 
     @property
     def episodes(self) -> int:
@@ -41,7 +44,7 @@ class Evaluation:
         return None if self.motions is None else MotionSummary.of(self.motions)
 
     def metrics(self, prefix: str = "eval/") -> dict[str, float]:
-        """The figures as MLflow metrics; the motion ones only for locomotion envs."""
+        """The figures as MLflow metrics (and time/eval_s); the motion ones only for locomotion envs."""
         out = {"return_mean": self.return_mean, "return_std": self.return_std,
                "episodes": float(self.episodes)}
         motion = self.motion
@@ -49,7 +52,7 @@ class Evaluation:
             out |= {"forward_displacement_mean": motion.forward_displacement_mean,
                     "forward_displacement_min": motion.forward_displacement_min,
                     "forward_reward_sum_mean": motion.forward_reward_sum_mean}
-        return {prefix + k: v for k, v in out.items()}
+        return {**{prefix + k: v for k, v in out.items()}, "time/eval_s": self.wall_s}
 
     def as_row(self) -> dict:
         """Per-episode figures for a JSON report."""
@@ -69,6 +72,7 @@ def run_episodes(act: Callable[[np.ndarray], np.ndarray], env_id: str, episodes:
     Evaluation envs: no episodic life, no reward clipping. Episodes run one after another in one
     env, so none is favoured for being short; an episode unfinished after max_steps is dropped.
     """
+    started = time.perf_counter()
     envs = EnvBatch(env_id, 1, seed, training=False)
     probe = probe_for(env_id)
     motions: list[EpisodeMotion] | None = None if probe is None else []
@@ -87,7 +91,7 @@ def run_episodes(act: Callable[[np.ndarray], np.ndarray], env_id: str, episodes:
     finally:
         envs.close()
     return Evaluation(tuple(envs.completed_returns[:episodes]), tuple(envs.completed_lengths[:episodes]),
-                      None if motions is None else tuple(motions[:episodes]))
+                      None if motions is None else tuple(motions[:episodes]), time.perf_counter() - started)
 
 
 def evaluate_policy(policy: ActorCritic, env_id: str, episodes: int, seed: int,

@@ -92,14 +92,14 @@ def test_cartpole_evaluation_has_no_motion_metrics():
     policy = ActorCritic(env_spaces("CartPole-v1"), (16, 16))
     ev = evaluate_policy(policy, "CartPole-v1", episodes=2, seed=0)
     assert ev.motions is None and ev.motion is None
-    assert set(ev.metrics()) == {"eval/return_mean", "eval/return_std", "eval/episodes"}
+    assert set(ev.metrics()) == {"eval/return_mean", "eval/return_std", "eval/episodes", "time/eval_s"}
     assert ev.metrics()["eval/episodes"] == 2.0
 
 
 def test_an_unfinished_evaluation_reports_nan_not_zero():
     ev = run_episodes(lambda obs: np.zeros((1, 3)), "Hopper-v5", episodes=1, seed=0, max_steps=5)
     assert ev.episodes == 0 and ev.motions == ()
-    assert all(math.isnan(v) for k, v in ev.metrics().items() if k != "eval/episodes")
+    assert all(math.isnan(v) for k, v in ev.metrics().items() if k.startswith("eval/") and k != "eval/episodes")
 
 
 def test_motion_summary():
