@@ -22,8 +22,8 @@ to whole rounds of ours, and whole rollouts of each peer). Figures per seed and 
   fragment steps, at the start of the next rollout, i.e. after the update) the same evaluation;
   `evals` lists them and `to_target` is the first whose return >= --target and whose every
   episode moved forward (displacement min > 0), with its env steps and its wall time less the
-  evaluations' own seconds (ours: the MLflow timestamp of that round's metrics from the run's
-  start; SB3: the clock from model construction).
+  evaluations' own seconds (ours: the MLflow timestamp of that round's metrics from the call
+  of the `train` flow; SB3: the clock from model construction).
 
 Peers (--peers): `rlzoo`, RL-Zoo's tuned PPO (rl-baselines3-zoo hyperparams/ppo.yml, the -v3
 entries in RLZOO below: VecNormalize of obs and reward with gamma = PPO's gamma as RL-Zoo passes
@@ -241,13 +241,12 @@ def evaluate_final_policy(env_id: str, summary, episodes: int, seed: int):
     return evaluate_policy(policy, env_id, episodes, seed=10_000 + seed, obs_rms=obs_rms)
 
 
-def train_evals(summary, tracking_uri: str) -> list[dict]:
+def train_evals(summary, tracking_uri: str, called_at: float) -> list[dict]:
     """The train flow's periodic evaluations, from its MLflow run: env steps after the round,
-    wall s from the run's start to the round's metrics less the evaluations so far."""
+    wall s from the flow's call (epoch s) to the round's metrics less the evaluations so far."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri)
-    start_ms = client.get_run(summary.run_id).info.start_time
 
     def history(key: str) -> dict[int, tuple[float, int]]:
         return {m.step: (m.value, m.timestamp) for m in client.get_metric_history(summary.run_id, key)}
@@ -259,7 +258,7 @@ def train_evals(summary, tracking_uri: str) -> list[dict]:
     for k in sorted(returns):
         spent += eval_s.get(k, (0.0, 0))[0]
         value, stamp = returns[k]
-        out.append({"env_steps": int(steps[k]), "wall_s": (stamp - start_ms) / 1000 - spent, "return": value,
+        out.append({"env_steps": int(steps[k]), "wall_s": stamp / 1000 - called_at - spent, "return": value,
                     "displacement_mean": disp_mean[k][0] if k in disp_mean else None,
                     "displacement_min": disp_min[k][0] if k in disp_min else None})
     return out
@@ -279,7 +278,7 @@ def ours_run(env_id: str, seed: int, rounds: int, tracking_uri: str, eval_episod
 
     torch.set_num_threads(1)
     preset = preset_for(env_id, variant)
-    started = time.perf_counter()
+    started, called_at = time.perf_counter(), time.time()
     # Run the full step budget (target far away) so that both sides train equally long.
     summary = train(env=env_id, scheduler=f"fixed:{N_ACTORS}", seed=seed, max_rounds=rounds,
                     target_return=1e9, budget_usd=1e6, tracking_uri=tracking_uri,
@@ -287,7 +286,7 @@ def ours_run(env_id: str, seed: int, rounds: int, tracking_uri: str, eval_episod
                     eval_every=eval_every, eval_episodes=eval_episodes if eval_every else None,
                     experiment=f"benchmark/{env_id}{'-' + variant if variant else ''}-vs-sb3")
     wall = time.perf_counter() - started
-    evals = train_evals(summary, tracking_uri) if eval_every else []
+    evals = train_evals(summary, tracking_uri, called_at) if eval_every else []
     eval_s = eval_seconds(summary, tracking_uri) if eval_every else 0.0
     wall -= eval_s
 
