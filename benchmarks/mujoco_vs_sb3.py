@@ -392,27 +392,32 @@ def main() -> None:
           f"actors x {fragment} steps = {steps} env steps each; J = {target:g}; SB3 window for "
           f"R_k-like figures: {window} steps; peers {args.peers}", flush=True)
     rows: list[dict] = []
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def save(complete: bool) -> None:  # after every run: a long benchmark that dies keeps its rows
+        out.write_text(json.dumps({"env": args.env, "variant": args.variant, "target": target, "steps": steps,
+                                   "seeds": args.seeds, "peers": args.peers, "eval_every": args.eval_every,
+                                   "complete": complete, "rows": rows}, indent=1))
+
     t0 = time.perf_counter()
     with prefect_api():
         print(f"temporary Prefect API up in {time.perf_counter() - t0:.1f} s (not counted)", flush=True)
         for seed in args.seeds:  # alternate, so machine load drifts hit every side alike
-            runs = [lambda s=seed: ours_run(args.env, s, rounds, tracking_uri, args.eval_episodes, target,
-                                            args.eval_every, args.variant)]
             runs = [lambda s=seed, p=peer: sb3_run(p, args.env, s, steps, window, args.eval_episodes,
-                                                   target, args.eval_every) for peer in args.peers] + runs
+                                                   target, args.eval_every) for peer in args.peers]
+            runs.append(lambda s=seed: ours_run(args.env, s, rounds, tracking_uri, args.eval_episodes,
+                                                target, args.eval_every, args.variant))
             for run in runs:
                 row = run()
                 rows.append(row)
+                save(complete=False)
                 brief = {k: (round(v, 2) if isinstance(v, float) else v) for k, v in row.items()
                          if k not in PER_EPISODE_KEYS}
                 print(brief, flush=True)
 
     text = table(args.env, steps, args.seeds, rows, target, args.eval_episodes, args.eval_every)
     print("\n" + text)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"env": args.env, "variant": args.variant, "target": target, "steps": steps,
-                               "seeds": args.seeds, "peers": args.peers, "eval_every": args.eval_every,
-                               "rows": rows}, indent=1))
+    save(complete=True)
     out.with_suffix(".md").write_text(text + "\n")
     print(f"\nwritten: {out} and {out.with_suffix('.md')}")
 

@@ -121,3 +121,15 @@ def test_locomotion_presets_leave_the_papers_presets_as_they_are():
     assert preset_for("HalfCheetah-v5", "locomotion")["target_return"] == 1500
     with pytest.raises(ConfigError, match="no 'locomotion' preset variant"):
         preset_for("CartPole-v1", "locomotion")
+
+
+def test_benchmark_time_to_target_needs_every_episode_to_move_forward():
+    from benchmarks.mujoco_vs_sb3 import first_locomotion
+
+    def point(steps, ret, dmin):
+        return {"env_steps": steps, "wall_s": steps / 1000, "return": ret, "displacement_min": dmin}
+
+    evals = [point(8192, 2100.0, -0.1), point(16384, float("nan"), 5.0), point(24576, 2050.0, 3.0)]
+    assert first_locomotion(evals, 2000.0) == {"env_steps": 24576, "wall_s": 24.576}
+    assert first_locomotion(evals[:2], 2000.0) is None
+    assert first_locomotion([point(8192, 500.0, None)], 475.0) == {"env_steps": 8192, "wall_s": 8.192}
