@@ -272,7 +272,7 @@ def eval_seconds(summary, tracking_uri: str) -> float:
 
 
 def ours_run(env_id: str, seed: int, rounds: int, tracking_uri: str, eval_episodes: int,
-             target: float, eval_every: int, variant: str | None) -> dict:
+             target: float, eval_every: int, variant: str | None, ppo: dict | None = None) -> dict:
     from flows.train import train
     from models.presets import preset_for
 
@@ -282,7 +282,7 @@ def ours_run(env_id: str, seed: int, rounds: int, tracking_uri: str, eval_episod
     # Run the full step budget (target far away) so that both sides train equally long.
     summary = train(env=env_id, scheduler=f"fixed:{N_ACTORS}", seed=seed, max_rounds=rounds,
                     target_return=1e9, budget_usd=1e6, tracking_uri=tracking_uri,
-                    fragment=int(preset["fragment"]), ppo=preset["ppo"],
+                    fragment=int(preset["fragment"]), ppo={**preset["ppo"], **(ppo or {})},
                     eval_every=eval_every, eval_episodes=eval_episodes if eval_every else None,
                     experiment=f"benchmark/{env_id}{'-' + variant if variant else ''}-vs-sb3")
     wall = time.perf_counter() - started
@@ -360,6 +360,8 @@ def main() -> None:
                         help="env steps for both (rounded down to whole rounds of ours)")
     parser.add_argument("--variant", default=None,
                         help="a preset variant for ours, e.g. 'locomotion' (models/data/presets.toml)")
+    parser.add_argument("--ppo", type=json.loads, default=None,
+                        help='PPO values laid over the preset\'s for ours, as JSON, e.g. \'{"init_log_std": 0.0}\'')
     parser.add_argument("--target", type=float, default=None,
                         help="J for the steps-to-target figures (default: the variant's J; "
                              "without a variant 1000, issue 5's)")
@@ -397,7 +399,7 @@ def main() -> None:
     def save(complete: bool) -> None:  # after every run: a long benchmark that dies keeps its rows
         out.write_text(json.dumps({"env": args.env, "variant": args.variant, "target": target, "steps": steps,
                                    "seeds": args.seeds, "peers": args.peers, "eval_every": args.eval_every,
-                                   "complete": complete, "rows": rows}, indent=1))
+                                   "ppo_overrides": args.ppo, "complete": complete, "rows": rows}, indent=1))
 
     t0 = time.perf_counter()
     with prefect_api():
@@ -406,7 +408,7 @@ def main() -> None:
             runs = [lambda s=seed, p=peer: sb3_run(p, args.env, s, steps, window, args.eval_episodes,
                                                    target, args.eval_every) for peer in args.peers]
             runs.append(lambda s=seed: ours_run(args.env, s, rounds, tracking_uri, args.eval_episodes,
-                                                target, args.eval_every, args.variant))
+                                                target, args.eval_every, args.variant, args.ppo))
             for run in runs:
                 row = run()
                 rows.append(row)
