@@ -13,6 +13,8 @@ exactly as CleanRL's ppo_continuous_action.py (1 env, 2048 steps per rollout, mi
 10 epochs, lr 3e-4 annealed linearly over CleanRL's 1M steps, gamma 0.99, lambda 0.95, clip 0.2,
 value clipping 0.2, ent 0, vf 0.5, grad norm 0.5, obs and reward normalisation clipped at 10,
 64x64 tanh, log-std 0), and reports its mean return over the same 8 x fragment windows.
+Both final policies are evaluated by the same loop (models/evaluation.py run_episodes), which
+also says what the body did: forward displacement (metres) and forward-reward sum per episode.
 
     .venv/bin/python -m benchmarks.mujoco_curves --envs HalfCheetah-v5 Humanoid-v5 --seed 0 --peer
 
@@ -41,7 +43,7 @@ CLEANRL_1M = {"HalfCheetah-v5": "1443 +- 46", "Humanoid-v5": "716 +- 49"}
 
 
 def run_one(env_id: str, seed: int, steps: int, tracking_uri: str, eval_episodes: int) -> dict:
-    from benchmarks.mujoco_vs_sb3 import evaluate_final_policy
+    from benchmarks.mujoco_vs_sb3 import eval_fields, evaluate_final_policy
     from flows.train import train
     from models.presets import preset_for
 
@@ -70,36 +72,20 @@ def run_one(env_id: str, seed: int, steps: int, tracking_uri: str, eval_episodes
             "final_return": summary.final_return,
             "last3_mean": float(np.mean(last3)) if last3 else math.nan,
             "best_return": max(finite) if finite else math.nan,
-            "eval_return": ev["eval/return_mean"], "eval_std": ev["eval/return_std"],
-            "csv": str(path), "rows": rows}
+            **eval_fields(ev), "csv": str(path), "rows": rows}
 
 
-def cleanrl_peer(env_id: str, seed: int, steps: int, window: int) -> dict:
+def cleanrl_peer(env_id: str, seed: int, steps: int, window: int, eval_episodes: int) -> dict:
     """SB3 PPO with CleanRL ppo_continuous_action.py's settings; R over windows of `window` steps."""
-    from stable_baselines3 import PPO
-    from stable_baselines3.common.env_util import make_vec_env
-    from stable_baselines3.common.vec_env import VecNormalize
-
-    from benchmarks.mujoco_vs_sb3 import episode_log, window_means
+    from benchmarks.mujoco_vs_sb3 import episode_log, eval_fields, sb3_evaluate, sb3_model, window_means
 
     torch.set_num_threads(1)
-    cleanrl_total = 1_000_000  # CleanRL anneals lr over its full 1M steps
-
-    def lr(progress_remaining: float) -> float:
-        done = (1.0 - progress_remaining) * steps
-        return 3e-4 * (1.0 - done / cleanrl_total)
-
     started = time.perf_counter()
-    env = VecNormalize(make_vec_env(env_id, n_envs=1, seed=seed), gamma=0.99, clip_obs=10.0,
-                       clip_reward=10.0)
-    model = PPO("MlpPolicy", env, n_steps=2048, batch_size=64, n_epochs=10, learning_rate=lr,
-                gamma=0.99, gae_lambda=0.95, clip_range=0.2, clip_range_vf=0.2, ent_coef=0.0,
-                vf_coef=0.5, max_grad_norm=0.5, seed=seed, device="cpu", verbose=0,
-                policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]),
-                                   activation_fn=torch.nn.Tanh, log_std_init=0.0))
+    model, env = sb3_model("cleanrl", env_id, seed, steps)
     log = episode_log()
     model.learn(total_timesteps=steps, callback=log)
     wall = time.perf_counter() - started
+    ev = sb3_evaluate(model, env, env_id, eval_episodes, 10_000 + seed)
     means = window_means(log.ends, log.returns, window, model.num_timesteps)
     rows = [{"round": k, "env_steps": (k + 1) * window, "return": m, "round_wall_s": math.nan}
             for k, m in enumerate(means)]
@@ -108,7 +94,7 @@ def cleanrl_peer(env_id: str, seed: int, steps: int, window: int) -> dict:
     return {"env": env_id, "who": "sb3-cleanrl", "seed": seed, "env_steps": int(model.num_timesteps),
             "wall_s": wall, "final_return": means[-1] if means else math.nan,
             "last3_mean": float(np.mean(last3)) if last3 else math.nan,
-            "best_return": max(finite) if finite else math.nan, "rows": rows}
+            "best_return": max(finite) if finite else math.nan, **eval_fields(ev), "rows": rows}
 
 
 def save(result: dict) -> None:
@@ -116,7 +102,7 @@ def save(result: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1))
     print({k: (round(v, 1) if isinstance(v, float) else v) for k, v in result.items()
-           if k != "rows"}, flush=True)
+           if k != "rows" and not isinstance(v, list)}, flush=True)
 
 
 def plot(results: list[dict], out: Path) -> None:
@@ -167,7 +153,7 @@ def main() -> None:
             save(r)
             if args.peer:
                 window = N_ACTORS * r["fragment"]
-                save(cleanrl_peer(env_id, args.seed, r["env_steps"], window))
+                save(cleanrl_peer(env_id, args.seed, r["env_steps"], window, args.eval_episodes))
     # Every result is kept as it finishes; the table and plot take the latest of each
     # (env, who) for this seed, so a peer measured in an earlier run still shows.
     results = [json.loads(f.read_text()) for env_id in args.envs
@@ -178,12 +164,14 @@ def main() -> None:
     summary.write_text(json.dumps([{k: v for k, v in r.items() if k != "rows"} for r in results],
                                   indent=1))
     print("\n| env | who | env steps | final R | mean R last 3 windows | best R | eval (det., "
-          f"{args.eval_episodes} ep.) | wall s | CleanRL PPO @1M (published) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          f"{args.eval_episodes} ep.) | eval displacement m: mean; min | wall s | CleanRL PPO @1M (published) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         ev = f"{r['eval_return']:.0f} +- {r['eval_std']:.0f}" if "eval_return" in r else "-"
+        moved = (f"{r['eval_displacement_mean']:.2f}; {r['eval_displacement_min']:.2f}"
+                 if "eval_displacement_mean" in r else "-")  # results saved before issue 17 lack it
         print(f"| {r['env']} | {r['who']} | {r['env_steps']} | {r['final_return']:.0f} "
-              f"| {r['last3_mean']:.0f} | {r['best_return']:.0f} | {ev} | {r['wall_s']:.0f} "
+              f"| {r['last3_mean']:.0f} | {r['best_return']:.0f} | {ev} | {moved} | {r['wall_s']:.0f} "
               f"| {CLEANRL_1M.get(r['env'], 'n/a')} |")
     print(f"\nwritten: {png}, {summary}, " + ", ".join(r["csv"] for r in results if "csv" in r))
 

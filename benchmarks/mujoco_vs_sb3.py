@@ -1,26 +1,41 @@
-"""Issue 5 acceptance: Hopper-v5, ours (Fixed(8), through the `train` flow) vs Stable-Baselines3
-PPO with RL-Zoo's tuned Hopper hyperparameters, for the same number of env steps, in one run.
+"""MuJoCo (Hopper-v5 by default): ours (Fixed(8), through the `train` flow) against Stable-Baselines3
+PPO peers, for the same number of env steps, in one run. Issue 5 compared the project's tuned
+Hopper preset with RL-Zoo's Hopper PPO at R >= 1000; issue 17 showed that return is Hopper's
+standing plateau, so every evaluation here also says what the body did (models/locomotion.py):
+forward displacement and the sum of the forward-reward term, per episode.
 
-Both sides use one torch thread and train for exactly the same number of env steps (our
-preset's max_rounds x 8 actors x fragment unless --steps is given; rounded down to whole
-rounds of ours and whole 512-step rollouts of SB3). Figures per seed:
+Both sides use one torch thread and train for exactly the same number of env steps (rounded down
+to whole rounds of ours, and whole rollouts of each peer). Figures per seed and side:
 
-- wall_s: ours, the whole `train` flow call (actor processes, MLflow, checkpoints, rounds;
-  the temporary Prefect API's start-up is not counted); SB3, model construction + learn().
+- wall_s: ours, the whole `train` flow call (actor processes, MLflow, checkpoints, rounds; the
+  temporary Prefect API's start-up is not counted); SB3, model construction + learn(). Both less
+  the seconds of the periodic evaluations (--eval-every), which neither side needs to train.
 - last_return: ours, R_k of the last round (mean return of the episodes that finished inside
   it); SB3, the same statistic over its last 8 x fragment env steps (Monitor episodes), and
   also SB3's usual rollout/ep_rew_mean (its last <= 100 episodes).
 - best_return: ours, the best R_k; SB3, the best window of the same size.
-- first_1000: env steps at the end of the first window (round) whose mean return >= 1000.
-- eval_return: deterministic actions, 5 whole episodes, frozen observation statistics
-  (evaluation is not in wall_s).
+- first_target_steps: env steps at the end of the first window (round) whose R >= --target.
+- eval_*: the final policy, deterministic, on whole episodes with frozen observation statistics
+  (not in wall_s): return, forward displacement (mean and min over episodes, metres), mean
+  forward-reward sum. Both sides are played by the same loop (models/evaluation.py run_episodes).
+- With --eval-every N: every N rounds (ours: the train flow's eval_every; SB3: every N x 8 x
+  fragment steps, at the start of the next rollout, i.e. after the update) the same evaluation;
+  `evals` lists them and `to_target` is the first whose return >= --target and whose every
+  episode moved forward (displacement min > 0), with its env steps and its wall time less the
+  evaluations' own seconds (ours: the MLflow timestamp of that round's metrics from the call
+  of the `train` flow; SB3: the clock from model construction).
 
-RL-Zoo's Hopper hyperparameters (rl-baselines3-zoo hyperparams/ppo.yml, Hopper): VecNormalize
-(obs and reward, gamma = PPO's gamma as RL-Zoo passes it), n_envs 1, n_steps 512, batch 32,
-gamma 0.999, lr 9.80828e-05, ent_coef 0.00229519, clip 0.2, n_epochs 5, gae_lambda 0.99,
-max_grad_norm 0.7, vf_coef 0.835671, log_std_init -2, ortho_init False, ReLU, pi/vf [256, 256].
+Peers (--peers): `rlzoo`, RL-Zoo's tuned PPO (rl-baselines3-zoo hyperparams/ppo.yml, the -v3
+entries in RLZOO below: VecNormalize of obs and reward with gamma = PPO's gamma as RL-Zoo passes
+it, n_envs 1, log_std_init -2, ortho_init False, ReLU, pi/vf [256, 256]); `cleanrl`, SB3 PPO set
+up as CleanRL's ppo_continuous_action.py (1 env, 2048 steps per rollout, minibatch 64, 10
+epochs, lr 3e-4 annealed linearly over CleanRL's 1M steps, gamma 0.99, lambda 0.95, clip 0.2,
+value clipping 0.2, ent 0, vf 0.5, grad norm 0.5, obs and reward normalisation clipped at 10,
+64x64 tanh, log-std 0).
 
-    .venv/bin/python -m benchmarks.mujoco_vs_sb3 --seeds 0 1 2
+    .venv/bin/python -m benchmarks.mujoco_vs_sb3 --seeds 0 1 2                 # issue 5's run
+    .venv/bin/python -m benchmarks.mujoco_vs_sb3 --variant locomotion --steps 1000000 \\
+        --seeds 0 1 2 3 4 --peers rlzoo cleanrl --eval-every 2                  # issue 17's
 """
 
 from __future__ import annotations
@@ -37,6 +52,24 @@ import torch
 
 RESULTS = Path(__file__).resolve().parent / "results"
 N_ACTORS = 8
+PEERS = ("rlzoo", "cleanrl")
+
+# rl-baselines3-zoo hyperparams/ppo.yml (-v3 ids; tuned for 1M steps, Humanoid for 10M).
+RLZOO = {
+    "Hopper-v5": dict(n_steps=512, batch_size=32, gamma=0.999, learning_rate=9.80828e-05,
+                      ent_coef=0.00229519, clip_range=0.2, n_epochs=5, gae_lambda=0.99,
+                      max_grad_norm=0.7, vf_coef=0.835671),
+    "HalfCheetah-v5": dict(n_steps=512, batch_size=64, gamma=0.98, learning_rate=2.0633e-05,
+                           ent_coef=0.000401762, clip_range=0.1, n_epochs=20, gae_lambda=0.92,
+                           max_grad_norm=0.8, vf_coef=0.58096),
+    "Humanoid-v5": dict(n_steps=512, batch_size=256, gamma=0.95, learning_rate=3.56987e-05,
+                        ent_coef=0.00238306, clip_range=0.3, n_epochs=5, gae_lambda=0.9,
+                        max_grad_norm=2.0, vf_coef=0.431892),
+}
+PER_EPISODE_KEYS = ("curve", "evals", "eval_returns", "eval_lengths", "eval_forward_displacement",
+                    "eval_forward_reward_sum")
+PEER_NAMES = {"ours": "MinionsRL Fixed(8), train flow", "rlzoo": "SB3 PPO, RL-Zoo settings",
+              "cleanrl": "SB3 PPO, CleanRL's settings"}
 
 
 def window_means(ends: list[int], returns: list[float], window: int, total: int) -> list[float]:
@@ -55,15 +88,90 @@ def first_reaching(means: list[float], window: int, target: float) -> int | None
     return None
 
 
-def episode_log():
-    """An SB3 callback that records (env step, return) of every finished episode."""
+def eval_fields(ev) -> dict:
+    """A models.evaluation.Evaluation as a result row's eval_* fields (per episode too)."""
+    motion = ev.motion
+    out = {"eval_return": ev.return_mean, "eval_std": ev.return_std}
+    if motion is not None:
+        out |= {"eval_displacement_mean": motion.forward_displacement_mean,
+                "eval_displacement_min": motion.forward_displacement_min,
+                "eval_forward_reward_mean": motion.forward_reward_sum_mean}
+    return out | ev.as_row()
+
+
+def eval_point(env_steps: int, wall_s: float, ev) -> dict:
+    """One periodic evaluation: when (env steps, wall s less evaluations) and what it saw."""
+    motion = ev.motion
+    return {"env_steps": env_steps, "wall_s": wall_s, "return": ev.return_mean,
+            "displacement_mean": motion.forward_displacement_mean if motion else None,
+            "displacement_min": motion.forward_displacement_min if motion else None}
+
+
+def first_locomotion(evals: list[dict], target: float) -> dict | None:
+    """The first evaluation at or above the target whose every episode moved forward (an env
+    without a locomotion probe: the return alone)."""
+    for e in evals:
+        moved = e["displacement_min"] is None or e["displacement_min"] > 0
+        if not math.isnan(e["return"]) and e["return"] >= target and moved:
+            return {"env_steps": e["env_steps"], "wall_s": e["wall_s"]}
+    return None
+
+
+def sb3_model(peer: str, env_id: str, seed: int, steps: int):
+    """The peer's PPO and its (training) VecNormalize env."""
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    if peer == "rlzoo":
+        if env_id not in RLZOO:
+            raise SystemExit(f"no RL-Zoo settings for {env_id} here; known: {sorted(RLZOO)}")
+        hp = RLZOO[env_id]
+        env = VecNormalize(make_vec_env(env_id, n_envs=1, seed=seed), gamma=hp["gamma"])
+        model = PPO("MlpPolicy", env, **hp, seed=seed, device="cpu", verbose=0,
+                    policy_kwargs=dict(log_std_init=-2, ortho_init=False, activation_fn=torch.nn.ReLU,
+                                       net_arch=dict(pi=[256, 256], vf=[256, 256])))
+        return model, env
+    cleanrl_total = 1_000_000  # CleanRL anneals lr over its full 1M steps
+
+    def lr(progress_remaining: float) -> float:
+        done = (1.0 - progress_remaining) * steps
+        return 3e-4 * max(1.0 - done / cleanrl_total, 0.0)
+
+    env = VecNormalize(make_vec_env(env_id, n_envs=1, seed=seed), gamma=0.99, clip_obs=10.0,
+                       clip_reward=10.0)
+    model = PPO("MlpPolicy", env, n_steps=2048, batch_size=64, n_epochs=10, learning_rate=lr,
+                gamma=0.99, gae_lambda=0.95, clip_range=0.2, clip_range_vf=0.2, ent_coef=0.0,
+                vf_coef=0.5, max_grad_norm=0.5, seed=seed, device="cpu", verbose=0,
+                policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]),
+                                   activation_fn=torch.nn.Tanh, log_std_init=0.0))
+    return model, env
+
+
+def sb3_evaluate(model, vec_env, env_id: str, episodes: int, seed: int):
+    """The SB3 policy played by our evaluation loop: deterministic actions on observations
+    normalised with the training env's statistics (not updated), raw rewards."""
+    from models.evaluation import run_episodes
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        return model.predict(vec_env.normalize_obs(obs), deterministic=True)[0]
+
+    return run_episodes(act, env_id, episodes, seed)
+
+
+def progress_log(started: float, eval_every_steps: int, evaluate):
+    """An SB3 callback: (env step, return) of every finished episode, and with eval_every_steps
+    an evaluation at the start of each rollout after a multiple of it (after the update)."""
     from stable_baselines3.common.callbacks import BaseCallback
 
-    class EpisodeLog(BaseCallback):
+    class ProgressLog(BaseCallback):
         def __init__(self):
             super().__init__()
             self.ends: list[int] = []
             self.returns: list[float] = []
+            self.evals: list[dict] = []
+            self.eval_s = 0.0
+            self._last_eval_at = 0
 
         def _on_step(self) -> bool:
             for info in self.locals["infos"]:
@@ -72,49 +180,54 @@ def episode_log():
                     self.returns.append(float(info["episode"]["r"]))
             return True
 
-    return EpisodeLog()
+        def _on_rollout_start(self) -> None:
+            self.maybe_evaluate()
+
+        def maybe_evaluate(self) -> None:
+            n = self.num_timesteps
+            if not eval_every_steps or n == 0 or n % eval_every_steps or n == self._last_eval_at:
+                return
+            self._last_eval_at = n
+            ev = evaluate(n)
+            self.eval_s += ev.wall_s
+            self.evals.append(eval_point(n, time.perf_counter() - started - self.eval_s, ev))
+
+    return ProgressLog()
 
 
-def sb3_run(env_id: str, seed: int, steps: int, window: int, eval_episodes: int,
-            target: float) -> dict:
-    from stable_baselines3 import PPO
-    from stable_baselines3.common.env_util import make_vec_env
-    from stable_baselines3.common.evaluation import evaluate_policy
-    from stable_baselines3.common.vec_env import VecNormalize
+# Kept for benchmarks.mujoco_curves and older callers: an episode log without evaluations.
+def episode_log():
+    return progress_log(time.perf_counter(), 0, None)
 
+
+def sb3_run(peer: str, env_id: str, seed: int, steps: int, window: int, eval_episodes: int,
+            target: float, eval_every: int) -> dict:
     torch.set_num_threads(1)
-    gamma = 0.999
     started = time.perf_counter()
-    env = VecNormalize(make_vec_env(env_id, n_envs=1, seed=seed), gamma=gamma)
-    model = PPO("MlpPolicy", env, n_steps=512, batch_size=32, gamma=gamma,
-                learning_rate=9.80828e-05, ent_coef=0.00229519, clip_range=0.2, n_epochs=5,
-                gae_lambda=0.99, max_grad_norm=0.7, vf_coef=0.835671,
-                policy_kwargs=dict(log_std_init=-2, ortho_init=False, activation_fn=torch.nn.ReLU,
-                                   net_arch=dict(pi=[256, 256], vf=[256, 256])),
-                seed=seed, device="cpu", verbose=0)
-    log = episode_log()
+    model, env = sb3_model(peer, env_id, seed, steps)
+    # eval seeds as ours: 10,000 + the number of 8-actor rounds done
+    log = progress_log(started, eval_every * window,
+                       lambda n: sb3_evaluate(model, env, env_id, eval_episodes, 10_000 + n // window))
     model.learn(total_timesteps=steps, callback=log)
-    wall = time.perf_counter() - started
+    log.maybe_evaluate()  # the last update has no rollout after it
+    wall = time.perf_counter() - started - log.eval_s
 
-    eval_env = VecNormalize(make_vec_env(env_id, n_envs=1, seed=10_000 + seed), training=False,
-                            norm_reward=False, gamma=gamma)
-    eval_env.obs_rms = env.obs_rms
-    eval_mean, eval_std = evaluate_policy(model, eval_env, n_eval_episodes=eval_episodes,
-                                          deterministic=True)
+    ev = sb3_evaluate(model, env, env_id, eval_episodes, 10_000 + seed)
     means = window_means(log.ends, log.returns, window, model.num_timesteps)
     finite = [m for m in means if not math.isnan(m)]
-    return {"who": "sb3", "seed": seed, "wall_s": wall, "env_steps": int(model.num_timesteps),
+    return {"who": peer, "seed": seed, "wall_s": wall, "eval_s_in_training": log.eval_s,
+            "env_steps": int(model.num_timesteps),
             "last_return": means[-1] if means else math.nan,
             "ep_rew_mean_100": float(np.mean(log.returns[-100:])) if log.returns else math.nan,
             "best_return": max(finite) if finite else math.nan,
             "first_target_steps": first_reaching(means, window, target),
-            "eval_return": float(eval_mean), "eval_std": float(eval_std),
-            "curve": means}
+            "evals": log.evals, "to_target": first_locomotion(log.evals, target),
+            **eval_fields(ev), "curve": means}
 
 
-def evaluate_final_policy(env_id: str, summary, episodes: int, seed: int) -> dict:
+def evaluate_final_policy(env_id: str, summary, episodes: int, seed: int):
     """A `train` run's final policy, deterministic, on whole episodes with frozen obs statistics
-    (eval seeds 10,000 + seed: never the training seeds)."""
+    (eval seeds 10,000 + seed: never the training seeds). A models.evaluation.Evaluation."""
     from models.checkpoint import load_policy
     from models.envs import env_spaces
     from models.evaluation import evaluate_policy
@@ -128,17 +241,54 @@ def evaluate_final_policy(env_id: str, summary, episodes: int, seed: int) -> dic
     return evaluate_policy(policy, env_id, episodes, seed=10_000 + seed, obs_rms=obs_rms)
 
 
+def train_evals(summary, tracking_uri: str, called_at: float) -> list[dict]:
+    """The train flow's periodic evaluations, from its MLflow run: env steps after the round,
+    wall s from the flow's call (epoch s) to the round's metrics less the evaluations so far."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+
+    def history(key: str) -> dict[int, tuple[float, int]]:
+        return {m.step: (m.value, m.timestamp) for m in client.get_metric_history(summary.run_id, key)}
+
+    returns, eval_s = history("eval/return_mean"), history("time/eval_s")  # eval_s: every evaluation
+    disp_mean, disp_min = history("eval/forward_displacement_mean"), history("eval/forward_displacement_min")
+    steps = np.cumsum([h.env_steps for h in summary.history]).tolist()
+    out, spent = [], 0.0
+    for k in sorted(returns):
+        spent += eval_s.get(k, (0.0, 0))[0]
+        value, stamp = returns[k]
+        out.append({"env_steps": int(steps[k]), "wall_s": stamp / 1000 - called_at - spent, "return": value,
+                    "displacement_mean": disp_mean[k][0] if k in disp_mean else None,
+                    "displacement_min": disp_min[k][0] if k in disp_min else None})
+    return out
+
+
+def eval_seconds(summary, tracking_uri: str) -> float:
+    """Seconds the train flow spent in its periodic evaluations."""
+    from mlflow.tracking import MlflowClient
+
+    return float(sum(m.value for m in MlflowClient(tracking_uri).get_metric_history(summary.run_id, "time/eval_s")))
+
+
 def ours_run(env_id: str, seed: int, rounds: int, tracking_uri: str, eval_episodes: int,
-             target: float) -> dict:
+             target: float, eval_every: int, variant: str | None, ppo: dict | None = None) -> dict:
     from flows.train import train
+    from models.presets import preset_for
 
     torch.set_num_threads(1)
-    started = time.perf_counter()
+    preset = preset_for(env_id, variant)
+    started, called_at = time.perf_counter(), time.time()
     # Run the full step budget (target far away) so that both sides train equally long.
     summary = train(env=env_id, scheduler=f"fixed:{N_ACTORS}", seed=seed, max_rounds=rounds,
                     target_return=1e9, budget_usd=1e6, tracking_uri=tracking_uri,
-                    experiment=f"benchmark/{env_id}-vs-sb3")
+                    fragment=int(preset["fragment"]), ppo={**preset["ppo"], **(ppo or {})},
+                    eval_every=eval_every, eval_episodes=eval_episodes if eval_every else None,
+                    experiment=f"benchmark/{env_id}{'-' + variant if variant else ''}-vs-sb3")
     wall = time.perf_counter() - started
+    evals = train_evals(summary, tracking_uri, called_at) if eval_every else []
+    eval_s = eval_seconds(summary, tracking_uri) if eval_every else 0.0
+    wall -= eval_s
 
     ev = evaluate_final_policy(env_id, summary, eval_episodes, seed)
     curve = [h.mean_return for h in summary.history]
@@ -146,16 +296,59 @@ def ours_run(env_id: str, seed: int, rounds: int, tracking_uri: str, eval_episod
     finite = [m for m in curve if not math.isnan(m)]
     first = next((s for s, m in zip(steps, curve, strict=True)
                   if not math.isnan(m) and m >= target), None)
-    return {"who": "ours", "seed": seed, "wall_s": wall, "env_steps": summary.env_steps,
+    return {"who": "ours", "seed": seed, "wall_s": wall, "eval_s_in_training": eval_s,
+            "env_steps": summary.env_steps,
             "round_wall_s": summary.wall_time_s, "sum_round_s": summary.time_to_stop_s,
             "last_return": summary.final_return, "best_return": max(finite) if finite else math.nan,
-            "first_target_steps": first, "eval_return": ev["eval/return_mean"],
-            "eval_std": ev["eval/return_std"], "curve": curve}
+            "first_target_steps": first, "evals": evals, "to_target": first_locomotion(evals, target),
+            **eval_fields(ev), "curve": curve}
 
 
 def _median(rows: list[dict], key: str) -> float:
     values = [r[key] for r in rows if r.get(key) is not None and not math.isnan(r[key])]
     return statistics.median(values) if values else math.nan
+
+
+def _spread(rows: list[dict], key: str) -> str:
+    values = [r[key] for r in rows if r.get(key) is not None and not math.isnan(r[key])]
+    if not values:
+        return "n/a"
+    return f"{statistics.median(values):.1f} [{min(values):.1f}, {max(values):.1f}]"
+
+
+def table(env_id: str, steps: int, seeds: list[int], rows: list[dict], target: float,
+          eval_episodes: int, eval_every: int) -> str:
+    whos = ["ours"] + [w for w in PEERS if any(r["who"] == w for r in rows)]
+    lines = [
+        f"{env_id}, {steps} env steps each, seeds {seeds}: medians over seeds [min, max]",
+        "",
+        f"| | wall s | last R (last window) | best R | final eval (det., {eval_episodes} ep.) "
+        f"| eval displacement m: mean; min | steps to R>={target:g} (training R) | reached |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for who in whos:
+        group = [r for r in rows if r["who"] == who]
+        reached = sum(r["first_target_steps"] is not None for r in group)
+        firsts = [r["first_target_steps"] for r in group if r["first_target_steps"] is not None]
+        lines.append(f"| {PEER_NAMES[who]} | {_spread(group, 'wall_s')} | {_median(group, 'last_return'):.0f} "
+                     f"| {_median(group, 'best_return'):.0f} | {_spread(group, 'eval_return')} "
+                     f"| {_median(group, 'eval_displacement_mean'):.2f}; "
+                     f"{_median(group, 'eval_displacement_min'):.2f} "
+                     f"| {statistics.median(firsts) if firsts else 'n/a'} | {reached}/{len(group)} |")
+    if eval_every:
+        lines += ["", f"Periodic evaluation every {eval_every} rounds: first eval with return >= {target:g} "
+                  "and every episode moving forward (displacement min > 0)", "",
+                  "| | reached | env steps to it | wall s to it (evaluations excluded) |", "|---|---|---|---|"]
+        for who in whos:
+            group = [r for r in rows if r["who"] == who]
+            hits = [r["to_target"] for r in group if r["to_target"]]
+            lines.append(f"| {PEER_NAMES[who]} | {len(hits)}/{len(group)} "
+                         f"| {_spread(hits, 'env_steps')} | {_spread(hits, 'wall_s')} |")
+    ours = [r for r in rows if r["who"] == "ours"]
+    for who in whos[1:]:
+        ratio = _median(ours, "wall_s") / _median([r for r in rows if r["who"] == who], "wall_s")
+        lines.append(f"\nwall-time ratio ours/{who} over the whole budget (medians): {ratio:.2f}")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -165,60 +358,69 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=150_000,
                         help="env steps for both (rounded down to whole rounds of ours)")
-    parser.add_argument("--target", type=float, default=1000.0)
+    parser.add_argument("--variant", default=None,
+                        help="a preset variant for ours, e.g. 'locomotion' (models/data/presets.toml)")
+    parser.add_argument("--ppo", type=json.loads, default=None,
+                        help='PPO values laid over the preset\'s for ours, as JSON, e.g. \'{"init_log_std": 0.0}\'')
+    parser.add_argument("--target", type=float, default=None,
+                        help="J for the steps-to-target figures (default: the variant's J; "
+                             "without a variant 1000, issue 5's)")
+    parser.add_argument("--peers", nargs="*", default=["rlzoo"], choices=PEERS)
+    parser.add_argument("--eval-every", type=int, default=0,
+                        help="evaluate every N rounds during training, both sides (0: only at the end)")
     parser.add_argument("--eval-episodes", type=int, default=5)
     parser.add_argument("--tracking-uri", default=None)
-    parser.add_argument("--out", default=str(RESULTS / "hopper_vs_sb3.json"))
+    parser.add_argument("--out", default=None,
+                        help="results JSON (default benchmarks/results/<env>[-variant]_vs_sb3.json)")
     args = parser.parse_args()
 
     from deployments.local_api import prefect_api
     from flows.tracking import default_tracking_uri
     from models.presets import preset_for
 
-    fragment = int(preset_for(args.env)["fragment"])
+    preset = preset_for(args.env, args.variant)
+    target = args.target if args.target is not None else (
+        float(preset["target_return"]) if args.variant else 1000.0)
+    fragment = int(preset["fragment"])
     window = N_ACTORS * fragment
     rounds = args.steps // window
     steps = rounds * window
     tracking_uri = args.tracking_uri or default_tracking_uri()
-    print(f"{args.env}: {rounds} rounds x {N_ACTORS} actors x {fragment} steps = {steps} env steps "
-          f"each; SB3 window for R_k-like figures: {window} steps", flush=True)
+    label = f"{args.env}-{args.variant}" if args.variant else args.env
+    # issue 5's file name kept for its run
+    out = Path(args.out) if args.out else RESULTS / (
+        "hopper_vs_sb3.json" if label == "Hopper-v5" else f"{label}_vs_sb3.json")
+    print(f"{args.env}{' (' + args.variant + ')' if args.variant else ''}: {rounds} rounds x {N_ACTORS} "
+          f"actors x {fragment} steps = {steps} env steps each; J = {target:g}; SB3 window for "
+          f"R_k-like figures: {window} steps; peers {args.peers}", flush=True)
     rows: list[dict] = []
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def save(complete: bool) -> None:  # after every run: a long benchmark that dies keeps its rows
+        out.write_text(json.dumps({"env": args.env, "variant": args.variant, "target": target, "steps": steps,
+                                   "seeds": args.seeds, "peers": args.peers, "eval_every": args.eval_every,
+                                   "ppo_overrides": args.ppo, "complete": complete, "rows": rows}, indent=1))
+
     t0 = time.perf_counter()
     with prefect_api():
         print(f"temporary Prefect API up in {time.perf_counter() - t0:.1f} s (not counted)", flush=True)
-        for seed in args.seeds:  # alternate, so machine load drifts hit both sides alike
-            for run, run_args in ((sb3_run, (steps, window)), (ours_run, (rounds, tracking_uri))):
-                row = run(args.env, seed, *run_args, args.eval_episodes, args.target)
+        for seed in args.seeds:  # alternate, so machine load drifts hit every side alike
+            runs = [lambda s=seed, p=peer: sb3_run(p, args.env, s, steps, window, args.eval_episodes,
+                                                   target, args.eval_every) for peer in args.peers]
+            runs.append(lambda s=seed: ours_run(args.env, s, rounds, tracking_uri, args.eval_episodes,
+                                                target, args.eval_every, args.variant, args.ppo))
+            for run in runs:
+                row = run()
                 rows.append(row)
-                brief = {k: (round(v, 1) if isinstance(v, float) else v)
-                         for k, v in row.items() if k != "curve"}
+                save(complete=False)
+                brief = {k: (round(v, 2) if isinstance(v, float) else v) for k, v in row.items()
+                         if k not in PER_EPISODE_KEYS}
                 print(brief, flush=True)
 
-    ours = [r for r in rows if r["who"] == "ours"]
-    sb3 = [r for r in rows if r["who"] == "sb3"]
-    lines = [
-        f"{args.env}, {steps} env steps each, seeds {args.seeds}: medians over seeds",
-        "",
-        f"| | wall s | last R (last window) | best R | eval (det., 5 ep.) | steps to R>={args.target:g} "
-        "| reached |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for name, group in (("MinionsRL Fixed(8), train flow", ours), ("SB3 PPO, RL-Zoo Hopper", sb3)):
-        reached = sum(r["first_target_steps"] is not None for r in group)
-        firsts = [r["first_target_steps"] for r in group if r["first_target_steps"] is not None]
-        lines.append(f"| {name} | {_median(group, 'wall_s'):.1f} | {_median(group, 'last_return'):.0f} "
-                     f"| {_median(group, 'best_return'):.0f} | {_median(group, 'eval_return'):.0f} "
-                     f"| {statistics.median(firsts) if firsts else 'n/a'} | {reached}/{len(group)} |")
-    ratio = _median(ours, "wall_s") / _median(sb3, "wall_s")
-    lines += ["", f"wall-time ratio ours/SB3 (medians): {ratio:.2f} (goal <= 0.6 at equal or better return)",
-              f"SB3 rollout/ep_rew_mean (last <= 100 episodes), median: {_median(sb3, 'ep_rew_mean_100'):.0f}"]
-    table = "\n".join(lines)
-    print("\n" + table)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"env": args.env, "steps": steps, "seeds": args.seeds, "rows": rows},
-                              indent=1))
-    out.with_suffix(".md").write_text(table + "\n")
+    text = table(args.env, steps, args.seeds, rows, target, args.eval_episodes, args.eval_every)
+    print("\n" + text)
+    save(complete=True)
+    out.with_suffix(".md").write_text(text + "\n")
     print(f"\nwritten: {out} and {out.with_suffix('.md')}")
 
 

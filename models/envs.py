@@ -154,8 +154,12 @@ class EnvBatch:
         # return that counts is the real game's score, reported when the game ends.
         self.game_scores = is_atari(env_id)
         self.num_envs = num_envs
-        first = [env.reset(seed=seed + i)[0] for i, env in enumerate(self.envs)]
-        self.obs = np.stack(first)
+        first = [env.reset(seed=seed + i) for i, env in enumerate(self.envs)]
+        self.obs = np.stack([obs for obs, _ in first])
+        # The info of each env's last step, and of the reset that began its current episode
+        # (evaluation reads what the body did from them: models/locomotion.py).
+        self.reset_infos: list[dict] = [info for _, info in first]
+        self.infos: list[dict] = [{} for _ in self.envs]
         self.episode_return = np.zeros(num_envs, dtype=np.float64)
         self.episode_length = np.zeros(num_envs, dtype=np.int64)
         self.completed_returns: list[float] = []
@@ -179,6 +183,7 @@ class EnvBatch:
         for i, env in enumerate(self.envs):
             obs, reward, term, trunc, info = env.step(actions[i])
             rewards[i], terminated[i], truncated[i] = reward, term, trunc
+            self.infos[i] = info
             self.episode_return[i] += reward
             self.episode_length[i] += 1
             if term or trunc:
@@ -187,7 +192,7 @@ class EnvBatch:
                     self._complete(i, float(self.episode_return[i]), int(self.episode_length[i]))
                 elif "game_score" in info:
                     self._complete(i, float(info["game_score"]), int(info["game_length"]))
-                obs, _ = env.reset()
+                obs, self.reset_infos[i] = env.reset()
             self.obs[i] = obs
         return self.obs, rewards, terminated, truncated, final_obs
 

@@ -22,14 +22,27 @@ def _preset_table() -> dict[str, Any]:
     return tomllib.loads(resources.files("models.data").joinpath("presets.toml").read_text())
 
 
-def preset_for(env_id: str) -> dict[str, Any]:
-    """The workload preset for env_id; other ids get the generic defaults."""
+# Named variants of an env's preset, as sub-tables (["Hopper-v5".locomotion]): values laid over
+# the env's preset, which stays as it is (the paper's J values reproduce its tables).
+PRESET_VARIANTS = ("locomotion",)
+
+
+def preset_for(env_id: str, variant: str | None = None) -> dict[str, Any]:
+    """The workload preset for env_id; other ids get the generic defaults. `variant` lays that
+    variant's values over it (an env without the variant is an error)."""
     table = _preset_table()
     merged = copy.deepcopy(table["default"])
-    specific = table.get(env_id)
-    if specific is not None:
-        ppo = {**merged.get("ppo", {}), **specific.get("ppo", {})}
-        merged.update(copy.deepcopy(specific))
+    specific = copy.deepcopy(table.get(env_id, {}))
+    variants = {name: specific.pop(name) for name in PRESET_VARIANTS if name in specific}
+    layers = [specific]
+    if variant is not None:
+        if variant not in variants:
+            raise ConfigError(f"{env_id} has no {variant!r} preset variant"
+                              f" (it has: {sorted(variants) or 'none'})")
+        layers.append(variants[variant])
+    for layer in layers:
+        ppo = {**merged.get("ppo", {}), **layer.get("ppo", {})}
+        merged.update(layer)
         merged["ppo"] = ppo
     return merged
 

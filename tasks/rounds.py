@@ -72,10 +72,11 @@ def rollout(backend: ActorBackend, job: ActorJob, timeout_s: float | None = None
 
 @task(name="evaluate", task_run_name="evaluate-r{session.round_index}", **_FAST)
 def evaluate(session, episodes: int) -> dict[str, float]:
-    """Deterministic evaluation of the current policy on whole episodes (logged as eval/...)."""
+    """Deterministic evaluation of the current policy on whole episodes, as eval/... metrics
+    (return; for MuJoCo locomotion envs also how far the body moved forward)."""
     learner = session.learner
     return evaluate_policy(learner.policy_on_cpu(), session.cfg.env_id, episodes,
-                           seed=10_000 + session.round_index, obs_rms=learner.obs_rms)
+                           seed=10_000 + session.round_index, obs_rms=learner.obs_rms).metrics()
 
 
 @task(name="update", task_run_name="update-r{round_index}", **_FAST)

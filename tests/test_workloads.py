@@ -101,3 +101,8 @@ def test_hopper_two_rounds_with_evaluation(prefect_api_url, mlflow_uri, tmp_path
     evals = client.get_metric_history(summary.run_id, "eval/return_mean")
     assert sorted(m.step for m in evals) == [0, 1]
     assert all(np.isfinite(m.value) for m in evals)
+    # what the body did, next to the return (models/locomotion.py)
+    logged = client.get_run(summary.run_id).data.metrics
+    for name in ("eval/forward_displacement_mean", "eval/forward_displacement_min",
+                 "eval/forward_reward_sum_mean"):
+        assert np.isfinite(logged[name]), name

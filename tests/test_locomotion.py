@@ -1,0 +1,135 @@
+"""Evaluation says what the body did: forward displacement and forward reward of MuJoCo episodes,
+checked against the simulator's own state in real gymnasium envs."""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from models.envs import env_spaces
+from models.evaluation import evaluate_policy, run_episodes
+from models.locomotion import LOCOMOTION_PROBES, EpisodeMotion, MotionSummary, probe_for
+from models.policy import ActorCritic
+
+
+@pytest.mark.parametrize("env_id", sorted(LOCOMOTION_PROBES))
+def test_every_listed_env_reports_the_probed_keys(env_id):
+    probe = probe_for(env_id)
+    env = gym.make(env_id)
+    try:
+        _, reset_info = env.reset(seed=0)
+        _, _, _, _, info = env.step(env.action_space.sample())
+    finally:
+        env.close()
+    assert probe.position_key in reset_info
+    assert {probe.position_key, probe.forward_reward_key} <= set(info)
+
+
+def test_envs_without_a_body_have_no_probe():
+    assert probe_for("CartPole-v1") is None
+    assert probe_for("Hopper-v4") is None  # v4: no position in the reset info, no forward term
+    assert probe_for("QbertNoFrameskip-v4") is None
+
+
+def _replay(env_id: str, seed: int, actions: list[np.ndarray], episodes: int):
+    """The same actions in a plain gymnasium env; displacement read from the simulator's qpos."""
+    env = gym.make(env_id)
+    sim = env.unwrapped
+    out = []
+    env.reset(seed=seed)
+    start, ret, fwd, steps = float(sim.data.qpos[0]), 0.0, 0.0, 0
+    for a in actions:
+        _, r, term, trunc, info = env.step(np.clip(a, env.action_space.low, env.action_space.high))
+        ret, fwd, steps = ret + r, fwd + info["reward_forward"], steps + 1
+        if term or trunc:
+            out.append((ret, steps, float(sim.data.qpos[0]) - start, fwd))
+            if len(out) == episodes:
+                break
+            env.reset()
+            start, ret, fwd, steps = float(sim.data.qpos[0]), 0.0, 0.0, 0
+    env.close()
+    return out
+
+
+def test_hopper_displacement_is_the_x_position_difference():
+    rng = np.random.default_rng(3)
+    played: list[np.ndarray] = []
+
+    def random_policy(obs: np.ndarray) -> np.ndarray:
+        played.append(rng.uniform(-1, 1, size=3))
+        return played[-1][None]
+
+    ev = run_episodes(random_policy, "Hopper-v5", episodes=3, seed=7)
+    assert ev.episodes == 3 and len(ev.motions) == 3
+    expected = _replay("Hopper-v5", 7, played, 3)
+    for (ret, steps, dx, fwd), r, n, m in zip(expected, ev.returns, ev.lengths, ev.motions, strict=True):
+        assert (r, n) == pytest.approx((ret, steps))
+        assert m.forward_displacement == pytest.approx(dx, abs=1e-12)
+        assert m.forward_reward_sum == pytest.approx(fwd, abs=1e-9)
+        # Hopper's forward reward is x velocity (weight 1): its sum times dt is the displacement
+        assert m.forward_reward_sum * 0.008 == pytest.approx(m.forward_displacement, abs=1e-9)
+    metrics = ev.metrics()
+    dxs = [e[2] for e in expected]
+    assert metrics["eval/forward_displacement_mean"] == pytest.approx(np.mean(dxs))
+    assert metrics["eval/forward_displacement_min"] == pytest.approx(min(dxs))
+    assert metrics["eval/forward_reward_sum_mean"] == pytest.approx(np.mean([e[3] for e in expected]))
+
+
+def test_halfcheetah_forward_reward_sums_to_the_displacement():
+    # HalfCheetah never ends early: one whole 1000-step episode under a fixed action, whose
+    # forward reward (x velocity, weight 1, dt 0.05) adds up to the distance its torso moved.
+    ev = run_episodes(lambda obs: np.full((1, 6), 0.5), "HalfCheetah-v5", episodes=1, seed=0)
+    (m,) = ev.motions
+    assert ev.lengths == (1000,)
+    assert m.forward_reward_sum * 0.05 == pytest.approx(m.forward_displacement, rel=1e-6)
+    assert abs(m.forward_displacement) > 0.1
+
+
+def test_cartpole_evaluation_has_no_motion_metrics():
+    policy = ActorCritic(env_spaces("CartPole-v1"), (16, 16))
+    ev = evaluate_policy(policy, "CartPole-v1", episodes=2, seed=0)
+    assert ev.motions is None and ev.motion is None
+    assert set(ev.metrics()) == {"eval/return_mean", "eval/return_std", "eval/episodes", "time/eval_s"}
+    assert ev.metrics()["eval/episodes"] == 2.0
+
+
+def test_an_unfinished_evaluation_reports_nan_not_zero():
+    ev = run_episodes(lambda obs: np.zeros((1, 3)), "Hopper-v5", episodes=1, seed=0, max_steps=5)
+    assert ev.episodes == 0 and ev.motions == ()
+    assert all(math.isnan(v) for k, v in ev.metrics().items() if k.startswith("eval/") and k != "eval/episodes")
+
+
+def test_motion_summary():
+    s = MotionSummary.of([EpisodeMotion(1.5, 180.0), EpisodeMotion(-0.5, -60.0)])
+    assert (s.forward_displacement_mean, s.forward_displacement_min, s.forward_reward_sum_mean) == \
+        (0.5, -0.5, 60.0)
+
+
+def test_locomotion_presets_leave_the_papers_presets_as_they_are():
+    from models.config import ConfigError, PPOConfig
+    from models.presets import preset_for
+
+    base = preset_for("Hopper-v5")
+    assert base["target_return"] == 600 and base["ppo"]["gamma"] == 0.999 and "locomotion" not in base
+    hop = preset_for("Hopper-v5", "locomotion")
+    assert hop["target_return"] == 2000 and hop["max_rounds"] * 8 * hop["fragment"] == 999_424
+    assert hop["ppo"]["gamma"] == 0.99 and hop["ppo"]["anneal_lr"] is True
+    PPOConfig().replace(hop["ppo"]).validate()
+    assert preset_for("HalfCheetah-v5", "locomotion")["target_return"] == 1500
+    with pytest.raises(ConfigError, match="no 'locomotion' preset variant"):
+        preset_for("CartPole-v1", "locomotion")
+
+
+def test_benchmark_time_to_target_needs_every_episode_to_move_forward():
+    from benchmarks.mujoco_vs_sb3 import first_locomotion
+
+    def point(steps, ret, dmin):
+        return {"env_steps": steps, "wall_s": steps / 1000, "return": ret, "displacement_min": dmin}
+
+    evals = [point(8192, 2100.0, -0.1), point(16384, float("nan"), 5.0), point(24576, 2050.0, 3.0)]
+    assert first_locomotion(evals, 2000.0) == {"env_steps": 24576, "wall_s": 24.576}
+    assert first_locomotion(evals[:2], 2000.0) is None
+    assert first_locomotion([point(8192, 500.0, None)], 475.0) == {"env_steps": 8192, "wall_s": 8.192}
