@@ -78,6 +78,31 @@ def requirements() -> list[str]:
     return [f"{name}=={version(name).split('+')[0]}" for name in ("mlflow", "torch", "numpy", "gymnasium")]
 
 
+def predictor_code(dest: Path) -> Path:
+    """A copy of the `models` modules the predictor imports (and the package's data tables),
+    without the rest: what travels with every logged model."""
+    import ast
+    import shutil
+
+    source = Path(__file__).resolve().parents[1] / "models"
+    out = dest / "models"
+    (out / "data").mkdir(parents=True)
+    todo, seen = ["predictor"], {"__init__"}
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for node in ast.walk(ast.parse((source / f"{name}.py").read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("models."):
+                todo.append(node.module.split(".")[1])
+    for name in seen:
+        shutil.copy2(source / f"{name}.py", out / f"{name}.py")
+    for data in (source / "data").glob("*.*"):
+        shutil.copy2(data, out / "data" / data.name)
+    return out
+
+
 def log_policy_model(tracking_uri: str, run_id: str, policy_file: str | Path, spaces,
                      register_as: str | None = None, step: int = 0) -> LoggedPolicyModel:
     """Log the policy file as a pyfunc model of run `run_id` in `tracking_uri` (and register it
@@ -88,8 +113,8 @@ def log_policy_model(tracking_uri: str, run_id: str, policy_file: str | Path, sp
 
     from models.predictor import spaces_to_dict
 
-    models_dir = Path(__file__).resolve().parents[1] / "models"
     with tempfile.TemporaryDirectory() as tmp:
+        models_dir = predictor_code(Path(tmp) / "code")
         spaces_file = Path(tmp) / "spaces.json"
         spaces_file.write_text(json.dumps(spaces_to_dict(spaces)))
         # The model is created here, in the run's experiment: left to itself, Model.log puts it
