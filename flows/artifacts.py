@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextvars
 import tempfile
 import time
+import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -20,10 +21,12 @@ from models.report import (
     TABLE_EVERY,
     MlflowLinks,
     artifact_key,
+    episodes_progress,
     failure_markdown,
     plot_rounds,
     round_rows,
     run_progress,
+    scheduler_summary_markdown,
     summary_markdown,
     table_due,
 )
@@ -62,9 +65,10 @@ class RunArtifacts:
 
     def log_model(self, policy_file: str | Path, register_as: str | None = None):
         """The final policy as an MLflow pyfunc model (flows/policy_model.py); None if it failed."""
-        from flows.policy_model import log_policy_model
-
         try:
+            with warnings.catch_warnings():  # the class definition's (flows/policy_model.py QUIET)
+                warnings.filterwarnings("ignore", message=".*Add type hints to the `predict` method")
+                from flows.policy_model import log_policy_model
             model = log_policy_model(self.tracker.tracking_uri, self.tracker.run_id, policy_file,
                                      self.session.spaces, register_as=register_as,
                                      step=max(self.session.round_index - 1, 0))
@@ -174,3 +178,42 @@ class RunArtifacts:
         if what not in self._warned:  # once per kind: a down API must not flood the log
             self._warned.add(what)
             self.logger.warning(message)
+
+
+class EpisodeArtifacts:
+    """A scheduler training run's Prefect artifacts: progress over its N episodes and a final
+    summary. Called once per batch of episodes (each a whole training run), so synchronously."""
+
+    def __init__(self, run_id: str, total: int, done: int, logger):
+        self.total, self.logger = total, logger
+        self.keys = {kind: artifact_key(kind, run_id) for kind in ("scheduler-progress", "scheduler-summary")}
+        self._progress_id: Any = None
+        self._failed = False
+        self.episodes_done(done)
+
+    def episodes_done(self, done: int, last_reward: float | None = None) -> None:
+        from prefect.artifacts import create_progress_artifact, update_progress_artifact
+
+        p = episodes_progress(done, self.total, last_reward)
+        if self._progress_id is None:
+            self._progress_id = self._safely(create_progress_artifact, p.percent,
+                                             key=self.keys["scheduler-progress"], description=p.description)
+        else:
+            self._safely(update_progress_artifact, self._progress_id, p.percent, description=p.description)
+
+    def finished(self, env_id: str, episodes: list[dict[str, Any]], updates: int, scheduler_uri: str,
+                 tracker: RunTracker) -> None:
+        from prefect.artifacts import create_markdown_artifact
+
+        text = scheduler_summary_markdown(env_id, episodes, updates, scheduler_uri, mlflow_links(tracker))
+        self._safely(create_markdown_artifact, text, key=self.keys["scheduler-summary"],
+                     description=f"{env_id}: scheduler training")
+
+    def _safely(self, call, *args, **kwargs):
+        try:
+            return call(*args, **kwargs)
+        except Exception as exc:  # never fail the training for an artifact
+            if not self._failed:
+                self._failed = True
+                self.logger.warning("Prefect artifact not published: %s: %s", type(exc).__name__, exc)
+            return None

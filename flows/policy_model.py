@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +27,11 @@ from mlflow.pyfunc import PythonModel
 POLICY_KEY, SPACES_KEY = "policy", "spaces"
 MODEL_NAME = "policy"
 """The logged model's name (MLflow 3: a LoggedModel of the run)."""
+
+
+# MLflow asks for type hints on predict (they would make it convert inputs itself) and for an
+# input example (logging would then load and run the model): the signature says it all here.
+QUIET = (".*Add type hints to the `predict` method", ".*An input example was not provided")
 
 
 class PolicyModel(PythonModel):
@@ -124,7 +130,9 @@ def log_policy_model(tracking_uri: str, run_id: str, policy_file: str | Path, sp
         model = client.create_logged_model(run.info.experiment_id, name=MODEL_NAME, source_run_id=run_id,
                                            params=run.data.params, model_type="policy")
         # Model logging resolves its store from the process-wide tracking URI: set for this call only.
-        with _use_tracking_uri(tracking_uri):
+        with _use_tracking_uri(tracking_uri), warnings.catch_warnings():
+            for message in QUIET:
+                warnings.filterwarnings("ignore", message=message)
             info = Model.log(artifact_path=None, name=MODEL_NAME, flavor=mlflow.pyfunc, model_id=model.model_id,
                              flavor_name="pyfunc.ModelFromCode",
                              run_id=run_id, step=step, python_model=str(Path(__file__).resolve()),

@@ -213,3 +213,30 @@ def plot_rounds(history: Sequence[RoundRecord], out_dir: str | Path, title: str 
         finally:
             plt.close(fig)
     return paths
+
+
+# -- scheduler training (flows/scheduler_flows.py): one episode is one whole training run -------
+
+def episodes_progress(done: int, total: int, last_reward: float | None = None) -> Progress:
+    """Episodes done of N, with the last episode's reward."""
+    reward = "" if last_reward is None or not math.isfinite(last_reward) else f", last reward {last_reward:.3g}"
+    return Progress(min(100.0, 100.0 * done / max(total, 1)), f"{done} of {total} scheduler episodes done{reward}")
+
+
+def scheduler_summary_markdown(env_id: str, episodes: Sequence[dict[str, float]], updates: int,
+                               scheduler_uri: str, links: MlflowLinks) -> str:
+    """A scheduler training run's summary: its episodes (reward, rounds, target, time, cost) and
+    where the trained scheduler is. `episodes`: one dict per episode, with 'episode' and the
+    parent run's episode/... metrics."""
+    lines = [f"# Scheduler training on {env_id}", "",
+             f"{len(episodes)} episodes this run, {updates} agent updates in all.", "",
+             "| episode | reward | rounds | J reached | time to stop (s) | cost ($) | mean actors |",
+             "|---|---|---|---|---|---|---|"]
+    for e in episodes:
+        lines.append(f"| {int(e['episode'])} | {_num(e['episode/reward'], '.3g')} | {int(e['episode/rounds'])} "
+                     f"| {'yes' if e['episode/target_reached'] else 'no'} | {_num(e['episode/time_to_stop_s'], '.2f')} "
+                     f"| {e['episode/cost_usd']:.6f} | {_num(e['episode/actors_mean'])} |")
+    where = f"`{links.ui_command}`, then {links.run_url}" if links.ui_command else links.run_url
+    lines += ["", f"Trained scheduler: `{scheduler_uri}` (use it: `--scheduler learned:{scheduler_uri}`)", "",
+              f"MLflow run `{links.run_id}`: {where}", ""]
+    return "\n".join(lines)

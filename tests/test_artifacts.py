@@ -100,3 +100,31 @@ def test_an_artifact_that_cannot_be_published_never_fails_training(monkeypatch, 
     assert sorted(tracker.logged) == ["plots/actors.png", "plots/cost.png", "plots/return.png"]
     calls = [what for what, _ in artifacts.timings]
     assert calls.count("progress") == 5 and calls.count("rounds") == 3  # rounds 2 and 4, and at the failure
+
+
+@pytest.mark.e2e
+def test_scheduler_training_artifacts(prefect_api_url, caplog):
+    from prefect import flow, get_client
+
+    from flows.artifacts import EpisodeArtifacts
+
+    tracker = FakeTracker()
+    episode = {"episode": 0, "episode/reward": -1.5, "episode/rounds": 7.0, "episode/target_reached": 1.0,
+               "episode/time_to_stop_s": 3.25, "episode/cost_usd": 0.0012, "episode/actors_mean": 6.5}
+
+    @flow(name="ux-scheduler-artifacts")
+    def training():
+        artifacts = EpisodeArtifacts("feedface99", 4, 0, logging.getLogger("test-artifacts"))
+        artifacts.episodes_done(2, -1.5)
+        artifacts.finished("CartPole-v1", [episode], 1, "runs:/r/scheduler/scheduler.pt", tracker)
+        return artifacts.keys
+
+    with caplog.at_level(logging.WARNING, logger="test-artifacts"):
+        keys = training()
+    assert not caplog.records
+    with get_client(sync_client=True) as prefect:
+        progress = prefect.read_latest_artifacts()
+        by_key = {a.key: a for a in progress}
+    assert float(by_key[keys["scheduler-progress"]].data) == 50.0
+    assert by_key[keys["scheduler-progress"]].description == "2 of 4 scheduler episodes done, last reward -1.5"
+    assert "| 0 | -1.5 | 7 | yes |" in by_key[keys["scheduler-summary"]].data

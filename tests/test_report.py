@@ -106,3 +106,17 @@ def test_plots_are_pngs_of_return_actors_and_cost(tmp_path):
     for p in paths:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 1000
     assert plot_rounds((), tmp_path / "none") == []
+
+
+def test_scheduler_training_progress_and_summary():
+    from models.report import episodes_progress, scheduler_summary_markdown
+
+    p = episodes_progress(3, 12, -1.25)
+    assert p.percent == 25.0 and p.description == "3 of 12 scheduler episodes done, last reward -1.25"
+    assert episodes_progress(0, 12).description == "0 of 12 scheduler episodes done"
+    episode = {"episode": 0, "episode/reward": -1.5, "episode/rounds": 7.0, "episode/target_reached": 1.0,
+               "episode/time_to_stop_s": 3.25, "episode/cost_usd": 0.0012, "episode/actors_mean": 6.5}
+    text = scheduler_summary_markdown("CartPole-v1", [episode], 1, "runs:/r/scheduler/scheduler.pt",
+                                      MlflowLinks("sqlite:////s/mlflow.db", "2", "r"))
+    assert "| 0 | -1.5 | 7 | yes | 3.25 | 0.001200 | 6.5 |" in text
+    assert "--scheduler learned:runs:/r/scheduler/scheduler.pt" in text
