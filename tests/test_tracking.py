@@ -58,7 +58,7 @@ def test_experiments_open_in_mlflows_model_training_view(mlflow_uri):
 
     client = MlflowClient(mlflow_uri)
     older = client.create_experiment("older")
-    chosen = client.create_experiment("chosen", tags={"mlflow.experimentKind": "genai_development"})
+    client.create_experiment("chosen", tags={"mlflow.experimentKind": "genai_development"})
     for name in ("new", "older", "chosen"):
         RunTracker(mlflow_uri).start(name, "run", params={})
     kinds = {name: client.get_experiment_by_name(name).tags.get("mlflow.experimentKind")
