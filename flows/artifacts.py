@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextvars
 import tempfile
 import time
-import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -66,9 +65,8 @@ class RunArtifacts:
     def log_model(self, policy_file: str | Path, register_as: str | None = None):
         """The final policy as an MLflow pyfunc model (flows/policy_model.py); None if it failed."""
         try:
-            with warnings.catch_warnings():  # the class definition's (flows/policy_model.py QUIET)
-                warnings.filterwarnings("ignore", message=".*Add type hints to the `predict` method")
-                from flows.policy_model import log_policy_model
+            from flows.policy_model import log_policy_model
+
             model = log_policy_model(self.tracker.tracking_uri, self.tracker.run_id, policy_file,
                                      self.session.spaces, register_as=register_as,
                                      step=max(self.session.round_index - 1, 0))

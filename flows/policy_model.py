@@ -25,13 +25,15 @@ import numpy as np
 from mlflow.pyfunc import PythonModel
 
 POLICY_KEY, SPACES_KEY = "policy", "spaces"
-MODEL_NAME = "policy"
-"""The logged model's name (MLflow 3: a LoggedModel of the run)."""
+MODEL_NAME = "policy_model"
+"""The logged model's name (MLflow 3: a LoggedModel of the run). Not "policy": MLflow resolves
+runs:/<run>/<name> to a logged model of that name first, which would hide the run's policy/
+folder (final_policy.pt)."""
 
 
-# MLflow asks for type hints on predict (they would make it convert inputs itself) and for an
-# input example (logging would then load and run the model): the signature says it all here.
-QUIET = (".*Add type hints to the `predict` method", ".*An input example was not provided")
+# MLflow asks for an input example (logging would then load and run the model): the
+# signature says it all here.
+QUIET = (".*An input example was not provided",)
 
 
 class PolicyModel(PythonModel):
@@ -42,7 +44,8 @@ class PolicyModel(PythonModel):
 
         self.predictor = PolicyPredictor.load(context.artifacts[POLICY_KEY], context.artifacts[SPACES_KEY])
 
-    def predict(self, context, model_input, params=None):
+    def predict(self, context, model_input: np.ndarray, params=None) -> np.ndarray:
+        # np.ndarray: a hint MLflow leaves alone (no conversion of its own), DataFrames pass too
         if hasattr(model_input, "to_numpy"):  # a DataFrame: one row per observation
             model_input = model_input.to_numpy()
         return self.predictor(model_input)
