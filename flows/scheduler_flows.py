@@ -37,6 +37,7 @@ from prefect.cache_policies import NO_CACHE  # noqa: E402
 from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
 
 from deployments.local_api import prefect_api  # noqa: E402
+from flows.artifacts import EpisodeArtifacts  # noqa: E402
 from flows.tracking import RunTracker, project_root  # noqa: E402
 from flows.train import fetch_scheduler_checkpoint, train  # noqa: E402
 from models.config import ConfigError  # noqa: E402
@@ -247,6 +248,7 @@ def train_scheduler(
     status, results = "FAILED", []
     started = time.perf_counter()
     wall_before = entry["wall_s"]
+    artifacts = EpisodeArtifacts(run_id, episodes, done, logger)  # Prefect: progress and summary
     try:
         while done < episodes:
             batch = list(range(done, min(done + batch_episodes, episodes)))
@@ -278,6 +280,8 @@ def train_scheduler(
             meta["progress"] = {"episodes_done": done, "updates": sched_agent.updates}
             save_scheduler(ckpt, sched_agent, meta=meta)
             tracker.log_artifact(ckpt, ARTIFACT_DIR)
+            artifacts.episodes_done(done, results[-1]["episode/reward"] if results else None)
+        artifacts.finished(env, results, sched_agent.updates, f"runs:/{run_id}/{ARTIFACT_DIR}/{ARTIFACT_NAME}", tracker)
         if output:
             Path(output).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(ckpt, output)

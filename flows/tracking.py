@@ -20,6 +20,11 @@ from mlflow.tracking import MlflowClient
 from models.errors import ConfigError
 
 REACH_TIMEOUT_S = 5.0
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+"""MLflow 3's UI opens an experiment without this tag in its GenAI view (traces, evaluation);
+with it, in the model-training view (runs, metrics, charts). The key and value are the UI's
+own (its ExperimentKind enum in mlflow/server/js), the same the UI sets when a user picks
+"Machine learning" for an experiment."""
 
 
 def project_root() -> Path:
@@ -121,6 +126,7 @@ class RunTracker:
         if run_id is not None:
             self.run_id = run_id
             self.experiment_id = self.client.get_run(run_id).info.experiment_id
+            self._mark_training_experiment(self.client.get_experiment(self.experiment_id).tags)
             self.client.update_run(run_id, status="RUNNING")
             return run_id
         self.open()  # before the lock: open() takes it too (flock is not re-entrant)
@@ -132,9 +138,11 @@ class RunTracker:
                     # Keep artifacts beside the store, not in whatever the working directory is.
                     store_dir = Path(self.tracking_uri.removeprefix("sqlite:///")).parent
                     location = (store_dir / "artifacts").as_uri()
-                self.experiment_id = self.client.create_experiment(experiment, artifact_location=location)
+                self.experiment_id = self.client.create_experiment(experiment, artifact_location=location,
+                                                                   tags=EXPERIMENT_KIND)
             else:
                 self.experiment_id = found.experiment_id
+                self._mark_training_experiment(found.tags)
         run = self.client.create_run(self.experiment_id, run_name=run_name, tags=tags or {})
         self.run_id = run.info.run_id
         flat = flatten(params)
@@ -142,6 +150,12 @@ class RunTracker:
         for i in range(0, len(items), 100):
             self.client.log_batch(self.run_id, params=items[i:i + 100])
         return self.run_id
+
+    def _mark_training_experiment(self, tags: dict[str, str]) -> None:
+        """An experiment made before the tag existed gets it; a kind a user chose stays."""
+        for key, value in EXPERIMENT_KIND.items():
+            if key not in tags:
+                self.client.set_experiment_tag(self.experiment_id, key, value)
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         now = int(time.time() * 1000)

@@ -31,6 +31,7 @@ from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settin
 from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
 
 from deployments.local_api import prefect_api  # noqa: E402
+from flows.artifacts import RunArtifacts  # noqa: E402
 from flows.cli import flow_arguments, given_arguments, quiet_console  # noqa: E402
 from flows.tracking import RunTracker, default_tracking_uri, project_root  # noqa: E402
 from models.checkpoint import RunCheckpoint, load_run_checkpoint  # noqa: E402
@@ -162,6 +163,7 @@ def train(
     resume: str | None = None,
     warm_actors: int | None = None,
     backend_options: dict[str, Any] | None = None,
+    register_model: str | None = None,
 ) -> RunSummary:
     """Train PPO on `env` with per-round actor counts chosen by `scheduler`.
 
@@ -208,6 +210,8 @@ def train(
         warm_actors: work-pool backend: warm actor servers to keep between rounds (default 0).
         backend_options: further options of the backend (models/config.py *BackendSpec), e.g.
             {"actor_deployment": "actor/aci-actor"} or {"dask_address": "tcp://host:8786"}.
+        register_model: register the final policy's MLflow model under this name (a new
+            version each run); it is logged as a model of the run either way.
     """
     setup = prepare_run(given_arguments(locals(), exclude=("resume",)), resume)
     cfg = setup.config
@@ -219,7 +223,7 @@ def train(
     # Start-up in parallel: actor processes spawn while MLflow opens its store (a thread) and
     # the learner is built here; measured ~4 s + 2.6 s + 2.5 s one after the other.
     actor_backend = make_backend(cfg.backend, cfg.env_id)
-    status, failure = "FAILED", None
+    status, failure, artifacts = "FAILED", None, None
     try:
         with ThreadPoolExecutor(1) as opener:
             opening = opener.submit(tracker.open)
@@ -228,13 +232,15 @@ def train(
             finally:
                 opening.result()
         start_tracking(session, tracker, setup)
+        artifacts = RunArtifacts(session, tracker, logger)  # Prefect artifacts, MLflow plots and model
         ckpt_path = Path(resume).resolve() if resume else Path(cfg.checkpoint_dir) / session.run_id / "latest.pt"
         journal = RoundJournal(ckpt_path.with_name("journal.jsonl"))
         if setup.checkpoint is not None:
             settle_crashed_round(session, setup.checkpoint, tracker, journal, ckpt_path)
-        run_rounds(session, actor_backend, tracker, ckpt_path, journal, logger)
+        run_rounds(session, actor_backend, tracker, ckpt_path, journal, logger, on_round=artifacts.round_done)
         final = session.save_policy(ckpt_path.with_name("final_policy.pt"))
         tracker.log_artifact(final, "policy")
+        model = artifacts.log_model(final, cfg.register_model)
         summary = session.summary(tracking_uri=tracker.tracking_uri, checkpoint=str(ckpt_path))
         tracker.set_tags({"minionsrl.stop_reason": str(session.stop_reason),
                           "minionsrl.stop_detail": summary.stop_detail,
@@ -251,12 +257,15 @@ def train(
                              "summary/server_cluster_cost_no_startup_usd":
                                  summary.server_cluster_cost_no_startup_usd},
                             step=session.round_index)
+        artifacts.finished(summary, model)
         status = "FINISHED"
         logger.info("stopped: %s after %d rounds; MLflow run %s in %s", session.stop_reason,
                     session.round_index, session.run_id, tracker.tracking_uri)
         return summary
     except BaseException as exc:
         failure = exc
+        if artifacts is not None:
+            artifacts.failed(exc)
         raise
     finally:
         actor_backend.close()
@@ -324,12 +333,12 @@ def settle_crashed_round(session: TrainingSession, checkpoint: RunCheckpoint, tr
 
 
 def run_rounds(session: TrainingSession, backend: ActorBackend, tracker: RunTracker, ckpt_path: Path,
-               journal: RoundJournal, logger) -> None:
+               journal: RoundJournal, logger, on_round=None) -> None:
     """The round loop: schedule, admit (budget), run the round subflow, record, checkpoint, log.
 
     The checkpoint is written before the round's MLflow record and holds it, so a crash at any
     point loses no round and logs none twice (settle_crashed_round); the journal bills a round
-    attempt that a crash cut short."""
+    attempt that a crash cut short. on_round(session) runs after each recorded round."""
     cfg = session.cfg
     run_round = round_flow(session, backend, journal)
     warned_no_episodes = False
@@ -369,6 +378,8 @@ def run_rounds(session: TrainingSession, backend: ActorBackend, tracker: RunTrac
             logger.info("round %d: %d actors, return %.1f, P_k %.2fs, wall %.2fs, $%.6f ($%.6f of B left)",
                         k, actors, metrics["rollout/ep_return_mean"], metrics["time/round_s"],
                         metrics["time/round_wall_s"], metrics["cost/round_usd"], session.budget_left_usd)
+            if on_round is not None:
+                on_round(session)
             if metrics["rollout/episodes"] == 0 and not cfg.eval_every and not warned_no_episodes:
                 warned_no_episodes = True
                 message = (f"round {k}: no episode of {cfg.env_id} ended inside a {cfg.fragment}-step "

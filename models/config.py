@@ -215,12 +215,14 @@ class RunConfig:
     """Where per-round checkpoints go (under <checkpoint_dir>/<run id>/)."""
     parent_run_id: str | None = None
     """MLflow run this run is nested under (sweeps, scheduler training)."""
+    register_model: str | None = None
+    """Register the final policy's MLflow model under this name (None: logged, not registered)."""
 
     # What a resumed run may change (recorded as a tag): where and how long it runs, never
     # what it learns. tracking_uri: a store moved elsewhere (the run must exist there).
     RESUMABLE_CHANGES: ClassVar[frozenset[str]] = frozenset({
         "max_rounds", "budget_usd", "backend", "actor_timeout_s", "actor_retries", "quorum",
-        "eval_every", "eval_episodes", "learner_device", "tracking_uri", "checkpoint_dir"})
+        "eval_every", "eval_episodes", "learner_device", "tracking_uri", "checkpoint_dir", "register_model"})
 
     def validate(self) -> None:
         _check(math.isfinite(self.target_return), "target_return must be a finite number")
@@ -242,6 +244,8 @@ class RunConfig:
         _check(0 < self.quorum <= 1, "quorum must be a fraction in (0, 1]")
         _check(self.eval_every >= 0, "eval_every must be >= 0 (0 turns evaluation off)")
         _check(self.eval_episodes >= 1, "eval_episodes must be >= 1")
+        _check(self.register_model is None or (isinstance(self.register_model, str) and self.register_model.strip() != ""),
+               f"register_model must be a model name, got {self.register_model!r}")
         if isinstance(self.backend, WorkPoolBackendSpec):
             _check(self.backend.warm_actors <= self.i_max, "warm_actors must be <= i_max")
         self.ppo.validate()

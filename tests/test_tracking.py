@@ -49,3 +49,23 @@ def test_a_missing_storage_block_or_deployment_is_named_before_any_actor_starts(
                                          storage_block="local-file-system/minionsrl-test-store"),
                      "CartPole-v1")
     assert time.monotonic() - started < 10
+
+
+def test_experiments_open_in_mlflows_model_training_view(mlflow_uri):
+    """MLflow 3 shows an experiment without mlflow.experimentKind as a GenAI one; ours are marked
+    as model training when created, and older ones when a run opens them, unless a user chose."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(mlflow_uri)
+    older = client.create_experiment("older")
+    client.create_experiment("chosen", tags={"mlflow.experimentKind": "genai_development"})
+    for name in ("new", "older", "chosen"):
+        RunTracker(mlflow_uri).start(name, "run", params={})
+    kinds = {name: client.get_experiment_by_name(name).tags.get("mlflow.experimentKind")
+             for name in ("new", "older", "chosen")}
+    assert kinds == {"new": "custom_model_development", "older": "custom_model_development",
+                     "chosen": "genai_development"}
+    client.delete_experiment_tag(older, "mlflow.experimentKind")
+    resumed = RunTracker(mlflow_uri)
+    resumed.start("", "", {}, run_id=client.search_runs([older])[0].info.run_id)
+    assert client.get_experiment(older).tags["mlflow.experimentKind"] == "custom_model_development"

@@ -1,0 +1,242 @@
+"""What a training run shows a person: its progress, a table of its rounds, a final summary and
+plots, rendered from RoundRecord / RunSummary (models/session.py) as plain data and text.
+
+No Prefect or MLflow here: flows/artifacts.py publishes these as Prefect artifacts and MLflow
+files; tests check the rendering directly.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from models.session import STOP_BUDGET, STOP_MAX_ROUNDS, STOP_TARGET, RoundRecord, RunSummary
+
+TABLE_EVERY = 5
+"""Rounds between two versions of the per-round table (and one at the end): each version is a
+new artifact on the API holding every row so far."""
+
+_KEY = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+
+
+def artifact_key(kind: str, run_id: str | None) -> str:
+    """A Prefect artifact key for one run's artifact of `kind`: 'minionsrl-progress-1a2b3c4d'.
+
+    Prefect keys hold only lowercase letters, digits and dashes; the MLflow run id's first 8
+    characters keep one run's artifacts apart from another's (a resumed run keeps its key,
+    and each publication adds a version under it)."""
+    short = re.sub(r"[^a-z0-9]", "", (run_id or "").lower())[:8] or "norun"
+    kind = re.sub(r"[^a-z0-9]+", "-", kind.lower()).strip("-")
+    key = f"minionsrl-{kind}-{short}"
+    if not _KEY.match(key):
+        raise ValueError(f"not a Prefect artifact key: {key!r}")
+    return key
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A progress artifact's value (percent of K rounds) and its one-line description."""
+
+    percent: float
+    description: str
+
+
+def run_progress(rounds_done: int, max_rounds: int, target_return: float, last_return: float,
+                 stop_reason: str | None = None, spent_usd: float = 0.0,
+                 budget_usd: float | None = None) -> Progress:
+    """Rounds done of K; 100 % once the run stopped, for whatever reason, with the reason."""
+    percent = 100.0 if stop_reason else min(100.0, 100.0 * rounds_done / max(max_rounds, 1))
+    ret = "no episode ended" if math.isnan(last_return) else f"return {last_return:.1f}"
+    money = f"; ${spent_usd:.4g} of B=${budget_usd:.4g} spent" if budget_usd is not None else ""
+    if stop_reason == STOP_TARGET:
+        head = f"J={target_return:g} reached at round {rounds_done - 1} ({ret})"
+    elif stop_reason == STOP_BUDGET:
+        head = f"stopped by the budget after {rounds_done} of K={max_rounds} rounds ({ret}, J={target_return:g} not reached)"
+    elif stop_reason == STOP_MAX_ROUNDS:
+        head = f"K={max_rounds} rounds done ({ret}, J={target_return:g} not reached)"
+    else:
+        head = f"{rounds_done} of K={max_rounds} rounds done ({ret}, J={target_return:g})"
+    return Progress(percent, head + money)
+
+
+ROUND_COLUMNS = ("round", "actors", "return", "P_k (s)", "wall (s)", "cost ($)", "budget left ($)")
+
+
+def round_rows(history: Sequence[RoundRecord], budget_usd: float) -> list[dict[str, float | int | None]]:
+    """One row per round (ROUND_COLUMNS); budget left is B minus the rounds' costs so far (a
+    round attempt a crash cut short is billed too but has no row). NaN returns become None
+    (JSON has no NaN)."""
+    rows, spent = [], 0.0
+    for r in history:
+        spent += r.cost_usd
+        rows.append(dict(zip(ROUND_COLUMNS, (
+            r.round_index, r.actors, None if math.isnan(r.mean_return) else round(r.mean_return, 2),
+            round(r.round_s, 3), round(r.wall_s, 3), round(r.cost_usd, 7), round(budget_usd - spent, 7)),
+            strict=True)))
+    return rows
+
+
+def table_due(rounds_done: int, stopped: bool, every: int = TABLE_EVERY) -> bool:
+    """Publish the table every `every` rounds and once the run stopped."""
+    return rounds_done > 0 and (stopped or rounds_done % every == 0)
+
+
+@dataclass(frozen=True)
+class MlflowLinks:
+    """Where the run and its model are in MLflow, for the summary."""
+
+    tracking_uri: str
+    experiment_id: str | None
+    run_id: str | None
+    model_uri: str | None = None
+    """The logged pyfunc model (models:/<model id>), if it was logged."""
+    registered: str | None = None
+    """'<name> version <n>' when the model was registered."""
+    ui_base: str = "http://127.0.0.1:5000"
+
+    @property
+    def ui_command(self) -> str | None:
+        """The command that serves the store (None: the store is a server already)."""
+        if self.tracking_uri.startswith(("http://", "https://")):
+            return None
+        return f"mlflow ui --backend-store-uri {self.tracking_uri} --host 127.0.0.1 --port 5000"
+
+    @property
+    def run_url(self) -> str:
+        base = self.tracking_uri if self.ui_command is None else self.ui_base
+        return f"{base.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.run_id}"
+
+
+def _money(x: float) -> str:
+    return f"${x:.6f}"
+
+
+def _num(x: float, fmt: str = ".1f") -> str:
+    return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, fmt)
+
+
+def summary_markdown(summary: RunSummary, links: MlflowLinks, target_return: float, budget_usd: float) -> str:
+    """The final summary of a run as markdown: why it stopped, its figures, and where to look."""
+    s = summary
+    lines = [
+        f"# {s.env_id} · {s.scheduler} · seed {s.seed}",
+        "",
+        f"**Stopped: {s.stop_reason}**" + (f" ({s.stop_detail})" if s.stop_detail else ""),
+        "",
+        "| | |",
+        "|---|---|",
+        f"| rounds | {s.rounds} |",
+        f"| target J reached | {'yes' if s.target_reached else 'no'} (J = {target_return:g}) |",
+        f"| final return | {_num(s.final_return)} |",
+        f"| best return | {_num(s.best_return)} |",
+        f"| env steps | {s.env_steps} |",
+        f"| time to stop (sum of P_k) | {_num(s.time_to_stop_s, '.2f')} s |",
+        f"| wall time (this machine) | {_num(s.wall_time_s, '.2f')} s |",
+        f"| cost | {_money(s.cost_usd)} of B = ${budget_usd:g} |",
+        f"| &nbsp; actors | {_money(s.actors_cost_usd)} |",
+        f"| &nbsp; learner ({s.learner_device or 'n/a'}) | {_money(s.learner_cost_usd)} |",
+        f"| &nbsp; start-up | {_money(s.startup_cost_usd)} |",
+        f"| server cluster, same time | {_money(s.server_cluster_cost_usd)} with its start-up, "
+        f"{_money(s.server_cluster_cost_no_startup_usd)} without |",
+        "",
+        "## MLflow",
+        "",
+        f"Run `{links.run_id}` (experiment {links.experiment_id}) in `{links.tracking_uri}`.",
+        "",
+    ]
+    if links.ui_command:
+        lines += [f"Open it: `{links.ui_command}`, then {links.run_url}", ""]
+    else:
+        lines += [f"Open it: {links.run_url}", ""]
+    if links.model_uri:
+        lines += [f"Policy model: `{links.model_uri}`"
+                  + (f", registered as {links.registered}" if links.registered else ""), "",
+                  "```python",
+                  "import mlflow",
+                  f"mlflow.set_tracking_uri({links.tracking_uri!r})",
+                  f"policy = mlflow.pyfunc.load_model({links.model_uri!r})",
+                  "actions = policy.predict(observations)  # a batch of raw observations",
+                  "```", ""]
+    return "\n".join(lines)
+
+
+def failure_markdown(env_id: str, rounds_done: int, error: str, links: MlflowLinks) -> str:
+    """The summary of a run that failed: how far it got and why."""
+    where = f"`{links.ui_command}`, then {links.run_url}" if links.ui_command else links.run_url
+    return "\n".join([f"# {env_id}: failed after {rounds_done} rounds", "", "```", error[:2000], "```", "",
+                      f"MLflow run `{links.run_id}` (tag `minionsrl.failure`): {where}", ""])
+
+
+PLOTS = (("return", "mean episode return R_k"), ("actors", "actors I_k"), ("cost", "cost per round ($)"))
+
+
+def plot_rounds(history: Sequence[RoundRecord], out_dir: str | Path, title: str = "",
+                target_return: float | None = None) -> list[Path]:
+    """PNG plots of return, actors and cost per round into out_dir: [return.png, actors.png,
+    cost.png] (the return plot marks J). Nothing is drawn for a run without rounds."""
+    if not history:
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display
+    import matplotlib.pyplot as plt
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rounds = [r.round_index for r in history]
+    series = {"return": [r.mean_return for r in history], "actors": [r.actors for r in history],
+              "cost": [r.cost_usd for r in history]}
+    paths = []
+    for name, label in PLOTS:
+        fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
+        try:
+            if name == "actors":
+                ax.step(rounds, series[name], where="mid")
+            elif name == "cost":
+                ax.bar(rounds, series[name])
+            else:
+                ax.plot(rounds, series[name], marker=".")
+                if target_return is not None and math.isfinite(target_return):
+                    ax.axhline(target_return, linestyle="--", color="grey", label=f"J = {target_return:g}")
+                    ax.legend(loc="lower right")
+            ax.set_xlabel("round k")
+            ax.set_ylabel(label)
+            ax.set_title(f"{title}: {label}" if title else label, fontsize=10)
+            ax.grid(alpha=0.3)
+            fig.tight_layout()
+            path = out / f"{name}.png"
+            fig.savefig(path)
+            paths.append(path)
+        finally:
+            plt.close(fig)
+    return paths
+
+
+# -- scheduler training (flows/scheduler_flows.py): one episode is one whole training run -------
+
+def episodes_progress(done: int, total: int, last_reward: float | None = None) -> Progress:
+    """Episodes done of N, with the last episode's reward."""
+    reward = "" if last_reward is None or not math.isfinite(last_reward) else f", last reward {last_reward:.3g}"
+    return Progress(min(100.0, 100.0 * done / max(total, 1)), f"{done} of {total} scheduler episodes done{reward}")
+
+
+def scheduler_summary_markdown(env_id: str, episodes: Sequence[dict[str, float]], updates: int,
+                               scheduler_uri: str, links: MlflowLinks) -> str:
+    """A scheduler training run's summary: its episodes (reward, rounds, target, time, cost) and
+    where the trained scheduler is. `episodes`: one dict per episode, with 'episode' and the
+    parent run's episode/... metrics."""
+    lines = [f"# Scheduler training on {env_id}", "",
+             f"{len(episodes)} episodes this run, {updates} agent updates in all.", "",
+             "| episode | reward | rounds | J reached | time to stop (s) | cost ($) | mean actors |",
+             "|---|---|---|---|---|---|---|"]
+    for e in episodes:
+        lines.append(f"| {int(e['episode'])} | {_num(e['episode/reward'], '.3g')} | {int(e['episode/rounds'])} "
+                     f"| {'yes' if e['episode/target_reached'] else 'no'} | {_num(e['episode/time_to_stop_s'], '.2f')} "
+                     f"| {e['episode/cost_usd']:.6f} | {_num(e['episode/actors_mean'])} |")
+    where = f"`{links.ui_command}`, then {links.run_url}" if links.ui_command else links.run_url
+    lines += ["", f"Trained scheduler: `{scheduler_uri}` (use it: `--scheduler learned:{scheduler_uri}`)", "",
+              f"MLflow run `{links.run_id}`: {where}", ""]
+    return "\n".join(lines)

@@ -1,0 +1,122 @@
+"""The rendering of a run's progress, round table, summary and plots (models/report.py)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from models.report import (
+    ROUND_COLUMNS,
+    MlflowLinks,
+    artifact_key,
+    failure_markdown,
+    plot_rounds,
+    round_rows,
+    run_progress,
+    summary_markdown,
+    table_due,
+)
+from models.session import RoundRecord, RunSummary
+
+
+def record(k: int, actors: int, ret: float, cost: float) -> RoundRecord:
+    return RoundRecord(round_index=k, actors=actors, mean_return=ret, env_steps=512 * actors,
+                       round_s=1.5 + k, wall_s=2.25 + k, learner_s=0.5, actor_mean_s=1.0,
+                       cost_usd=cost, loss=0.1, policy_kl=0.01)
+
+
+HISTORY = (record(0, 8, math.nan, 0.001), record(1, 8, 120.456, 0.002), record(2, 4, 480.0, 0.0015))
+
+
+def summary(**changes) -> RunSummary:
+    values = dict(run_id="0123456789abcdef", env_id="CartPole-v1", scheduler="fixed8", seed=3,
+                  stop_reason="target_reached", rounds=3, final_return=480.0, best_return=480.0,
+                  env_steps=10240, cost_usd=0.0045, server_cluster_cost_usd=0.9,
+                  time_to_stop_s=7.5, wall_time_s=9.75, history=HISTORY,
+                  server_cluster_cost_no_startup_usd=0.01, actors_cost_usd=0.003,
+                  learner_cost_usd=0.001, startup_cost_usd=0.0005, learner_device="cpu",
+                  stop_detail="target: round 2 returned 480 >= J=475")
+    values.update(changes)
+    return RunSummary(**values)
+
+
+def test_artifact_keys_are_valid_prefect_keys_unique_per_run():
+    assert artifact_key("progress", "0123456789ABCDEF") == "minionsrl-progress-01234567"
+    assert artifact_key("Round table", "ab_cd-ef12345") == "minionsrl-round-table-abcdef12"
+    assert artifact_key("summary", None) == "minionsrl-summary-norun"
+    assert artifact_key("summary", "aaaaaaaa1") != artifact_key("summary", "bbbbbbbb1")
+
+
+def test_progress_counts_rounds_of_k_and_says_when_j_is_reached():
+    running = run_progress(3, 60, 475.0, 120.456, spent_usd=0.0125, budget_usd=0.05)
+    assert running.percent == pytest.approx(5.0)
+    assert running.description == "3 of K=60 rounds done (return 120.5, J=475); $0.0125 of B=$0.05 spent"
+    reached = run_progress(13, 60, 475.0, 480.0, stop_reason="target_reached")
+    assert reached.percent == 100.0
+    assert reached.description.startswith("J=475 reached at round 12 (return 480.0)")
+    budget = run_progress(5, 60, 475.0, math.nan, stop_reason="budget_spent")
+    assert budget.percent == 100.0
+    assert "budget" in budget.description and "no episode ended" in budget.description
+    assert run_progress(60, 60, 475.0, 1.0, stop_reason="max_rounds").description.startswith("K=60 rounds done")
+
+
+def test_round_rows_list_every_round_with_the_budget_left():
+    rows = round_rows(HISTORY, budget_usd=0.05)
+    assert [tuple(r) for r in rows] == [ROUND_COLUMNS] * 3
+    assert rows[0] == {"round": 0, "actors": 8, "return": None, "P_k (s)": 1.5, "wall (s)": 2.25,
+                       "cost ($)": 0.001, "budget left ($)": 0.049}
+    assert rows[1]["return"] == 120.46
+    assert rows[2]["budget left ($)"] == pytest.approx(0.05 - 0.0045)
+
+
+def test_the_table_is_due_every_few_rounds_and_at_the_end():
+    assert [k for k in range(1, 13) if table_due(k, stopped=False, every=5)] == [5, 10]
+    assert table_due(7, stopped=True)
+    assert not table_due(0, stopped=True)
+
+
+def test_summary_says_why_it_stopped_what_it_cost_and_where_to_look():
+    links = MlflowLinks("sqlite:////tmp/m/mlflow.db", "4", "0123456789abcdef", model_uri="models:/m-1",
+                        registered="cartpole-policy version 2")
+    text = summary_markdown(summary(), links, target_return=475.0, budget_usd=0.05)
+    assert "**Stopped: target_reached** (target: round 2 returned 480 >= J=475)" in text
+    assert "| rounds | 3 |" in text and "| final return | 480.0 |" in text
+    assert "| cost | $0.004500 of B = $0.05 |" in text
+    for part in ("| &nbsp; actors | $0.003000 |", "| &nbsp; learner (cpu) | $0.001000 |",
+                 "| &nbsp; start-up | $0.000500 |"):
+        assert part in text
+    assert "mlflow ui --backend-store-uri sqlite:////tmp/m/mlflow.db" in text
+    assert "http://127.0.0.1:5000/#/experiments/4/runs/0123456789abcdef" in text
+    assert "mlflow.pyfunc.load_model('models:/m-1')" in text and "cartpole-policy version 2" in text
+    nan_run = summary_markdown(summary(final_return=math.nan, stop_reason="budget_spent"),
+                               MlflowLinks("http://mlflow:5000", "1", "r"), 475.0, 0.05)
+    assert "| final return | n/a |" in nan_run and "http://mlflow:5000/#/experiments/1/runs/r" in nan_run
+    assert "mlflow ui" not in nan_run and "load_model" not in nan_run
+
+
+def test_failure_summary_names_the_error():
+    text = failure_markdown("CartPole-v1", 2, "NonFiniteError: loss is nan", MlflowLinks("http://h", "1", "r"))
+    assert "failed after 2 rounds" in text and "NonFiniteError: loss is nan" in text
+
+
+def test_plots_are_pngs_of_return_actors_and_cost(tmp_path):
+    paths = plot_rounds(HISTORY, tmp_path / "plots", title="CartPole-v1", target_return=475.0)
+    assert [p.name for p in paths] == ["return.png", "actors.png", "cost.png"]
+    for p in paths:
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 1000
+    assert plot_rounds((), tmp_path / "none") == []
+
+
+def test_scheduler_training_progress_and_summary():
+    from models.report import episodes_progress, scheduler_summary_markdown
+
+    p = episodes_progress(3, 12, -1.25)
+    assert p.percent == 25.0 and p.description == "3 of 12 scheduler episodes done, last reward -1.25"
+    assert episodes_progress(0, 12).description == "0 of 12 scheduler episodes done"
+    episode = {"episode": 0, "episode/reward": -1.5, "episode/rounds": 7.0, "episode/target_reached": 1.0,
+               "episode/time_to_stop_s": 3.25, "episode/cost_usd": 0.0012, "episode/actors_mean": 6.5}
+    text = scheduler_summary_markdown("CartPole-v1", [episode], 1, "runs:/r/scheduler/scheduler.pt",
+                                      MlflowLinks("sqlite:////s/mlflow.db", "2", "r"))
+    assert "| 0 | -1.5 | 7 | yes | 3.25 | 0.001200 | 6.5 |" in text
+    assert "--scheduler learned:runs:/r/scheduler/scheduler.pt" in text
