@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from models.config import ConfigError
+from models.cost import PriceTable, server_cluster_cost
 from models.envs import EnvBatch, env_spaces
 from models.impact import (
     FragmentBuffer,
@@ -22,7 +23,6 @@ from models.impact import (
     resolve_impact_config,
     weights_vector,
 )
-from models.cost import PriceTable, server_cluster_cost
 from models.policy import ActorCritic
 from models.rollout import sample_fragment
 
