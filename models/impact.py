@@ -40,7 +40,7 @@ from models.ppo import LossCoefficients, ppo_loss, select_device
 from models.rollout import RolloutBatch
 from models.vtrace import vtrace
 
-STOP_TARGET, STOP_ENV_STEPS, STOP_WALL = "target_reached", "env_steps", "wall_limit"
+STOP_TARGET, STOP_ENV_STEPS, STOP_WALL, STOP_CHUNKS = "target_reached", "env_steps", "wall_limit", "max_chunks"
 
 
 @dataclass(frozen=True)
@@ -127,6 +127,8 @@ class ImpactRunConfig:
     """Wall-clock limit of the training (learner and actors), seconds."""
     chunk_steps: int = 50
     """Learner steps per `learn-chunk-{i}` Prefect task (one MLflow step per chunk)."""
+    max_chunks: int = 0
+    """Stop after this many chunks (smoke tests); 0: no limit."""
     return_window: int = 10
     """Completed episodes in the return that J is compared with (about what a PPO round of
     8 x 512 CartPole steps completes near J)."""
@@ -145,6 +147,7 @@ class ImpactRunConfig:
         _check(self.max_wall_s > 0, "max_wall_s must be > 0 seconds")
         _check(self.chunk_steps >= 1, "chunk_steps must be >= 1")
         _check(self.return_window >= 1, "return_window must be >= 1")
+        _check(self.max_chunks >= 0, "max_chunks must be >= 0 (0: no limit)")
         _check(self.seed >= 0, "seed must be >= 0")
         _check(self.learner_device in ("auto", "cpu", "cuda"), "learner_device must be 'auto', 'cpu' or 'cuda'")
         self.impact.validate()
