@@ -22,7 +22,6 @@ import math
 import os
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -165,20 +164,20 @@ def impact(
     tracker.check_reachable()
     spaces = env_spaces(cfg.env_id)
     status, failure = "FAILED", None
-    clock = ChunkClock(started_at=time.time())  # the cluster's wall time starts with its actors
+    tracker.open()  # before the actors: the cluster's wall time is not spent opening MLflow
     learner = ImpactLearner(spaces, cfg.impact, seed=cfg.seed, device=cfg.learner_device)
-    pool = ImpactActorPool(cfg.env_id, cfg.impact, len(learner.weights_vector()), cfg.seed)
+    device = learner.device.type
+    tags = {"minionsrl.system": "impact", "minionsrl.scheduler": "impact",
+            "minionsrl.backend": "local", "minionsrl.learner_device": device}
+    if flow_run_context.id:
+        tags["prefect.flow_run_id"] = str(flow_run_context.id)
+    run_name = f"{cfg.env_id}__impact__{cfg.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
+    run_id = tracker.start(cfg.experiment, run_name, params=cfg.to_dict(), tags=tags)
+    clock = ChunkClock(started_at=time.time())  # the cluster's wall time starts with its actors
+    pool = None
     try:
+        pool = ImpactActorPool(cfg.env_id, cfg.impact, len(learner.weights_vector()), cfg.seed)
         pool.publish(learner.weights_vector(), learner.version)
-        with ThreadPoolExecutor(1) as opener:  # MLflow opens while the actors boot and sample
-            opener.submit(tracker.open).result()
-        device = learner.device.type
-        tags = {"minionsrl.system": "impact", "minionsrl.scheduler": "impact",
-                "minionsrl.backend": "local", "minionsrl.learner_device": device}
-        if flow_run_context.id:
-            tags["prefect.flow_run_id"] = str(flow_run_context.id)
-        run_name = f"{cfg.env_id}__impact__{cfg.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
-        run_id = tracker.start(cfg.experiment, run_name, params=cfg.to_dict(), tags=tags)
         progress = ImpactProgress(cfg.target_return, cfg.max_env_steps, cfg.max_wall_s, cfg.return_window)
         training = _Training(cfg, learner, pool, progress, clock)
         chunk, orchestration_s = 0, 0.0
@@ -242,7 +241,8 @@ def impact(
         failure = exc
         raise
     finally:
-        pool.close()
+        if pool is not None:
+            pool.close()
         tracker.finish(status, failure)
 
 

@@ -36,6 +36,7 @@ import numpy as np
 
 from models.impact import ImpactConfig, ImpactFragment, ImpactLearner, ImpactProgress, StatsAccumulator
 from models.timings import ActorTimings
+from tasks.errors import ActorError
 
 _READY, _FRAGMENT, _ERROR = "ready", "fragment", "error"
 
@@ -57,12 +58,12 @@ def _worker_main(conn: Connection, env_id: str, cfg: ImpactConfig, seed: int, ac
 
     torch.set_num_threads(1)
     t_boot = time.time()
-    policy = ActorCritic(env_spaces(env_id), cfg.hidden, init_weights=False)
-    envs = EnvBatch(env_id, cfg.envs_per_actor, _seed(seed, actor_index, generation))
-    shared = np.frombuffer(weights, dtype=np.float32)
-    held, count = -1, 0
-    startup_s = time.time() - t_boot
     try:
+        policy = ActorCritic(env_spaces(env_id), cfg.hidden, init_weights=False)
+        envs = EnvBatch(env_id, cfg.envs_per_actor, _seed(seed, actor_index, generation))
+        shared = np.frombuffer(weights, dtype=np.float32)
+        held, count = -1, 0
+        startup_s = time.time() - t_boot
         conn.send((_READY, time.time()))
         while not stop.is_set():
             t0 = time.time()
@@ -182,7 +183,7 @@ class ImpactActorPool:
                 elif message[0] == _READY:
                     slot.ready_at = message[1]
                 elif message[0] == _ERROR:
-                    self.counters.errors.append(message[1])
+                    self.counters.errors.append(f"actor {slot.index}: {message[1]}")
             for slot in dead:
                 self._replace(slot)
 
@@ -210,6 +211,15 @@ class ImpactActorPool:
                 return
             self.counters.replacements += 1
             self._slots[slot.index] = self._spawn(slot.index, slot.generation + 1)
+
+    def check_health(self, max_replacements: int | None = None) -> None:
+        """Raise ActorError if an actor's code raised (a bug: replacing it would only repeat it)
+        or workers keep dying (more than max_replacements, default 10 per actor slot)."""
+        if self.counters.errors:
+            raise ActorError(f"an IMPACT actor failed: {self.counters.errors[0]}")
+        limit = 10 * self.cfg.actors if max_replacements is None else max_replacements
+        if self.counters.replacements > limit:
+            raise ActorError(f"IMPACT actors died {self.counters.replacements} times (limit {limit})")
 
     def pids(self) -> list[int]:
         with self._lock:
@@ -267,6 +277,7 @@ def learn_chunk(learner: ImpactLearner, pool: ImpactActorPool, progress: ImpactP
     wait_total = 0.0
     done = 0
     while done < steps and progress.check(time.time() - clock.started_at) is None:
+        pool.check_health()
         need_wait = len(learner.buffer) < cfg.batch_fragments
         t_wait = time.perf_counter()
         arrived = pool.collect(timeout_s=wait_s if need_wait else 0.0)

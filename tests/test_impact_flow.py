@@ -104,3 +104,14 @@ def test_bad_input_fails_before_any_actor_or_run(prefect_api_url, mlflow_uri):
     client = MlflowClient(mlflow_uri)
     experiments = client.search_experiments()
     assert not experiments or client.search_runs([e.experiment_id for e in experiments]) == []
+
+
+def test_an_actor_whose_code_raises_fails_the_run_with_its_error():
+    from tasks.errors import ActorError
+
+    cfg = ImpactConfig(**{**SMALL, "actors": 1})
+    learner = ImpactLearner(env_spaces("CartPole-v1"), cfg, seed=0, device="cpu")
+    progress = ImpactProgress(target_return=1e9, max_env_steps=10**9, max_wall_s=60.0, return_window=10)
+    with ImpactActorPool("NoSuchEnv-v0", cfg, len(learner.weights_vector()), seed=0) as pool:
+        with pytest.raises(ActorError, match="actor 0: NameNotFound: Environment `NoSuchEnv`"):
+            learn_chunk(learner, pool, progress, ChunkClock(time.time()), steps=5)
