@@ -200,12 +200,16 @@ def impact(
                 "cost/serverless_learner_usd": bill.serverless_learner_usd,
                 "cost/learner_on_cuda": float(device == "cuda"),
             })
+            # Orchestration so far: every chunk task's Prefect overhead plus MLflow logging (the
+            # earlier chunks'; this chunk's own log is counted with the next one and in the summary).
+            orchestration_s += metrics["time/task_overhead_s"]
+            metrics["time/orchestration_s"] = orchestration_s
+            metrics["time/orchestration_frac"] = orchestration_s / max(wall_s, 1e-9)
+            if clock.first_fragment_at is not None:
+                metrics["time/actors_first_fragment_s"] = clock.first_fragment_at - clock.started_at
             t_log = time.perf_counter()
             tracker.log_metrics(metrics, step=chunk)
-            # Orchestration: the chunk task's Prefect overhead plus MLflow logging (this chunk's).
-            orchestration_s += metrics["time/task_overhead_s"] + (time.perf_counter() - t_log)
-            tracker.log_metrics({"time/orchestration_s": orchestration_s,
-                                 "time/orchestration_frac": orchestration_s / max(wall_s, 1e-9)}, step=chunk)
+            orchestration_s += time.perf_counter() - t_log
             logger.info("chunk %d: %d learner steps, return %.1f, %d env steps, lag %.1f, wall %.1fs",
                         chunk, learner.version, metrics["rollout/ep_return_mean"], progress.env_steps,
                         metrics.get("impact/policy_lag_mean", math.nan), wall_s)

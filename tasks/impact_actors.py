@@ -257,6 +257,8 @@ class ChunkClock:
     """Wall clock when the actors were spawned: the training's (and the cluster's) start."""
     learner_s: float = 0.0
     actor_busy_s: float = 0.0
+    first_fragment_at: float | None = None
+    """When the first fragment reached the learner (actors' boot and first sampling before it)."""
 
 
 def learn_chunk(learner: ImpactLearner, pool: ImpactActorPool, progress: ImpactProgress,
@@ -283,6 +285,8 @@ def learn_chunk(learner: ImpactLearner, pool: ImpactActorPool, progress: ImpactP
         arrived = pool.collect(timeout_s=wait_s if need_wait else 0.0)
         if need_wait:
             wait_total += time.perf_counter() - t_wait
+        if arrived and clock.first_fragment_at is None:
+            clock.first_fragment_at = time.time()
         for fragment in arrived:
             learner.add(fragment)
             progress.record(fragment)
