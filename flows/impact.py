@@ -9,7 +9,8 @@ rest (policy lag, buffer reuse, importance weights). The run is billed as the fi
 cluster it needs (always-on actors, idle included; cost/total_usd is that bill, with the
 cluster's start-up) and, for reference, as serverless (cost/serverless_total_usd).
 
-Backends: local only (see tasks/impact_actors.py for why not dask or work-pool).
+Backends: local (persistent processes) and dask (long-running Dask tasks); the work-pool backend
+is refused: its actors are one flow run per job, one-shot per round by design.
 
     python -m flows.impact --env CartPole-v1 --seed 0
 """
@@ -45,15 +46,8 @@ from models.impact import (  # noqa: E402
     bill_impact,
     resolve_impact_config,
 )
-from tasks.impact_actors import ChunkClock, ImpactActorPool  # noqa: E402
+from tasks.impact_actors import ChunkClock, DaskImpactActorPool, ImpactActorPool  # noqa: E402
 from tasks.impact_actors import learn_chunk as learn_chunk_body  # noqa: E402
-
-SUPPORTED_BACKENDS = ("local",)
-_UNSUPPORTED = {
-    "work-pool": "its actors are one flow run per job, ephemeral and one-shot per round by design; "
-                 "IMPACT needs always-on actors that stream fragments",
-    "dask": "not built yet: it would need long-lived actor tasks streaming fragments to the learner",
-}
 
 
 @dataclass(frozen=True)
@@ -110,11 +104,6 @@ def impact_run_name() -> str:
 def prepare_impact(given: dict[str, Any]) -> ImpactRunConfig:
     """The flow's given parameters as one validated configuration, before anything starts."""
     given = dict(given)
-    backend = given.pop("backend", None) or "local"
-    if backend not in SUPPORTED_BACKENDS:
-        reason = _UNSUPPORTED.get(backend, "unknown backend")
-        raise ConfigError(f"IMPACT cannot run on the {backend!r} backend ({reason}); "
-                          f"supported: {', '.join(SUPPORTED_BACKENDS)}")
     if "impact_config" in given:
         given["impact"] = given.pop("impact_config")
     given.setdefault("tracking_uri", default_tracking_uri())
@@ -133,6 +122,7 @@ def impact(
     max_chunks: int | None = None,
     impact_config: dict[str, Any] | None = None,
     backend: str | None = None,
+    dask_address: str | None = None,
     learner_device: str | None = None,
     prices_file: str | None = None,
     tracking_uri: str | None = None,
@@ -152,7 +142,10 @@ def impact(
         return_window: completed episodes averaged for the return compared with J.
         max_chunks: stop after this many chunks (smoke tests); 0 or unset: no limit.
         impact_config: overrides of models/impact.py ImpactConfig, e.g. {"max_reuse": 3, "actors": 4}.
-        backend: where actors run: local only (work-pool and dask are refused, with the reason).
+        backend: where actors run: local (persistent processes here, the default) or dask
+            (long-running Dask tasks); work-pool is refused (its actors are one-shot by design).
+        dask_address: dask backend: scheduler address of a running cluster; default a LocalCluster
+            with one worker per actor.
         learner_device: auto (CUDA when present, the default), cpu or cuda.
         prices_file: TOML price table overriding the packaged models/data/prices.toml.
         tracking_uri: MLflow store; default MLFLOW_TRACKING_URI or ./mlruns/mlflow.db.
@@ -168,7 +161,7 @@ def impact(
     learner = ImpactLearner(spaces, cfg.impact, seed=cfg.seed, device=cfg.learner_device)
     device = learner.device.type
     tags = {"minionsrl.system": "impact", "minionsrl.scheduler": "impact",
-            "minionsrl.backend": "local", "minionsrl.learner_device": device}
+            "minionsrl.backend": cfg.backend, "minionsrl.learner_device": device}
     if flow_run_context.id:
         tags["prefect.flow_run_id"] = str(flow_run_context.id)
     run_name = f"{cfg.env_id}__impact__{cfg.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
@@ -176,7 +169,11 @@ def impact(
     clock = ChunkClock(started_at=time.time())  # the cluster's wall time starts with its actors
     pool = None
     try:
-        pool = ImpactActorPool(cfg.env_id, cfg.impact, len(learner.weights_vector()), cfg.seed)
+        if cfg.backend == "dask":
+            pool = DaskImpactActorPool(cfg.env_id, cfg.impact, len(learner.weights_vector()), cfg.seed,
+                                       address=cfg.dask_address)
+        else:
+            pool = ImpactActorPool(cfg.env_id, cfg.impact, len(learner.weights_vector()), cfg.seed)
         pool.publish(learner.weights_vector(), learner.version)
         progress = ImpactProgress(cfg.target_return, cfg.max_env_steps, cfg.max_wall_s, cfg.return_window)
         training = _Training(cfg, learner, pool, progress, clock)

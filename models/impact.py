@@ -40,6 +40,7 @@ from models.ppo import LossCoefficients, ppo_loss, select_device
 from models.rollout import RolloutBatch
 from models.vtrace import vtrace
 
+IMPACT_BACKENDS = ("local", "dask")
 STOP_TARGET, STOP_ENV_STEPS, STOP_WALL, STOP_CHUNKS = "target_reached", "env_steps", "wall_limit", "max_chunks"
 
 
@@ -136,6 +137,10 @@ class ImpactRunConfig:
     """Run seed; actor i's envs seed from (seed, i, its generation)."""
     learner_device: str = "auto"
     """auto (CUDA when present), cpu or cuda."""
+    backend: str = "local"
+    """Where actors run: local (persistent processes here) or dask (long-running Dask tasks)."""
+    dask_address: str | None = None
+    """dask: scheduler address of a running cluster; None: a LocalCluster with one worker per actor."""
     impact: ImpactConfig = field(default_factory=ImpactConfig)
     prices: PriceTable = field(default_factory=PriceTable.load)
     tracking_uri: str = ""
@@ -150,6 +155,12 @@ class ImpactRunConfig:
         _check(self.max_chunks >= 0, "max_chunks must be >= 0 (0: no limit)")
         _check(self.seed >= 0, "seed must be >= 0")
         _check(self.learner_device in ("auto", "cpu", "cuda"), "learner_device must be 'auto', 'cpu' or 'cuda'")
+        _check(self.backend != "work-pool", "IMPACT cannot run on the 'work-pool' backend: its actors are one "
+                                            "flow run per job, ephemeral and one-shot per round by design, and "
+                                            "IMPACT needs always-on actors that stream fragments; use local or dask")
+        _check(self.backend in IMPACT_BACKENDS, f"unknown backend {self.backend!r} for IMPACT; "
+                                                f"supported: {', '.join(IMPACT_BACKENDS)}")
+        _check(self.dask_address is None or self.backend == "dask", "dask_address applies to the dask backend only")
         self.impact.validate()
 
     def to_dict(self) -> dict[str, Any]:

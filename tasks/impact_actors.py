@@ -13,10 +13,10 @@ replaced by a fresh process in its slot (generation + 1, newly seeded envs) and 
 `learn_chunk` is the learner's loop for one chunk of learner steps (flows/impact.py wraps each
 chunk in a Prefect task).
 
-Backends: local only. The dask backend would need long-lived actor tasks streaming fragments
-(a dask Queue or pub/sub) and is not built; the work-pool backend is refused by design: its
-actors are one flow run per job, ephemeral and one-shot per round, the opposite of IMPACT's
-always-on actors (flows/impact.py raises ConfigError for both before anything starts).
+Backends: local (`ImpactActorPool`) and dask (`DaskImpactActorPool`: each actor a long-running
+Dask task, weights through a Dask Variable, fragments through a Dask Queue). The work-pool
+backend is refused by design: its actors are one flow run per job, ephemeral and one-shot per
+round, the opposite of IMPACT's always-on actors (models/impact.py validates it).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import queue
 import threading
 import time
 import traceback
+import uuid
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 
@@ -36,9 +37,12 @@ import numpy as np
 
 from models.impact import ImpactConfig, ImpactFragment, ImpactLearner, ImpactProgress, StatsAccumulator
 from models.timings import ActorTimings
+from models.wire import Codec
 from tasks.errors import ActorError
 
 _READY, _FRAGMENT, _ERROR = "ready", "fragment", "error"
+# Dask: fragments cross the scheduler as models/wire.py bytes (no pickle); weights as raw float32.
+FRAGMENT_CODEC = Codec(ImpactFragment)
 
 
 def _seed(*parts: int) -> int:
@@ -113,7 +117,37 @@ class PoolCounters:
     errors: list[str] = field(default_factory=list)
 
 
-class ImpactActorPool:
+class _FragmentInbox:
+    """What both pools share: fragments arrive on a local queue; actor errors and deaths counted."""
+
+    cfg: ImpactConfig
+    counters: PoolCounters
+    _queue: queue.Queue
+
+    def collect(self, timeout_s: float = 0.0) -> list[ImpactFragment]:
+        """Every fragment that has arrived; waits up to timeout_s for the first if none has."""
+        out = []
+        try:
+            out.append(self._queue.get(timeout=timeout_s) if timeout_s > 0 else self._queue.get_nowait())
+        except queue.Empty:
+            return out
+        while True:
+            try:
+                out.append(self._queue.get_nowait())
+            except queue.Empty:
+                return out
+
+    def check_health(self, max_replacements: int | None = None) -> None:
+        """Raise ActorError if an actor's code raised (a bug: replacing it would only repeat it)
+        or workers keep dying (more than max_replacements, default 10 per actor slot)."""
+        if self.counters.errors:
+            raise ActorError(f"an IMPACT actor failed: {self.counters.errors[0]}")
+        limit = 10 * self.cfg.actors if max_replacements is None else max_replacements
+        if self.counters.replacements > limit:
+            raise ActorError(f"IMPACT actors died {self.counters.replacements} times (limit {limit})")
+
+
+class ImpactActorPool(_FragmentInbox):
     """`actors` persistent sampling processes; `publish` weights, `collect` fragments."""
 
     def __init__(self, env_id: str, cfg: ImpactConfig, n_weights: int, seed: int = 0):
@@ -141,19 +175,6 @@ class ImpactActorPool:
             self._version.value = version
 
     # -- fragments in -------------------------------------------------------------------------
-    def collect(self, timeout_s: float = 0.0) -> list[ImpactFragment]:
-        """Every fragment that has arrived; waits up to timeout_s for the first if none has."""
-        out = []
-        try:
-            out.append(self._queue.get(timeout=timeout_s) if timeout_s > 0 else self._queue.get_nowait())
-        except queue.Empty:
-            return out
-        while True:
-            try:
-                out.append(self._queue.get_nowait())
-            except queue.Empty:
-                return out
-
     def _receive(self) -> None:
         while not self._closed:
             with self._lock:
@@ -212,15 +233,6 @@ class ImpactActorPool:
             self.counters.replacements += 1
             self._slots[slot.index] = self._spawn(slot.index, slot.generation + 1)
 
-    def check_health(self, max_replacements: int | None = None) -> None:
-        """Raise ActorError if an actor's code raised (a bug: replacing it would only repeat it)
-        or workers keep dying (more than max_replacements, default 10 per actor slot)."""
-        if self.counters.errors:
-            raise ActorError(f"an IMPACT actor failed: {self.counters.errors[0]}")
-        limit = 10 * self.cfg.actors if max_replacements is None else max_replacements
-        if self.counters.replacements > limit:
-            raise ActorError(f"IMPACT actors died {self.counters.replacements} times (limit {limit})")
-
     def pids(self) -> list[int]:
         with self._lock:
             return [s.process.pid for s in self._slots]
@@ -243,6 +255,145 @@ class ImpactActorPool:
                 slot.conn.close()
 
     def __enter__(self) -> ImpactActorPool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _dask_actor_loop(env_id: str, cfg: ImpactConfig, seed: int, actor_index: int, generation: int,
+                     names: dict[str, str]) -> int:
+    """One IMPACT actor as a long-running Dask task: the local worker's loop, with the newest
+    weights (raw float32 bytes) read from a Dask Variable and fragments pushed onto a Dask Queue
+    as models/wire.py bytes, both through the scheduler. Returns the fragments it sent."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+    from distributed import Queue, Variable, get_client
+
+    from models.envs import EnvBatch, env_spaces
+    from models.impact import load_weights_vector
+    from models.policy import ActorCritic
+    from models.rollout import sample_fragment
+
+    torch.set_num_threads(1)
+    client = get_client()
+    weights, stop = Variable(names["weights"], client=client), Variable(names["stop"], client=client)
+    out = Queue(names["fragments"], client=client)
+    t_boot = time.time()
+    policy = ActorCritic(env_spaces(env_id), cfg.hidden, init_weights=False)
+    envs = EnvBatch(env_id, cfg.envs_per_actor, _seed(seed, actor_index, generation))
+    held, count, startup_s = -1, 0, time.time() - t_boot
+    while not stop.get():
+        t0 = time.time()
+        newest, blob = weights.get()
+        if newest < 0:
+            time.sleep(0.01)
+            continue
+        if newest != held:
+            load_weights_vector(policy, np.frombuffer(blob, dtype=np.float32))
+            held = newest
+        t1 = time.time()
+        batch = sample_fragment(policy.sampler(_seed(seed, actor_index, generation, count)), envs,
+                                cfg.steps_per_env)
+        t2 = time.time()
+        batch.actor_index = actor_index
+        batch.timings = ActorTimings(requested_at=t0, started_at=t0, startup_s=startup_s,
+                                     weight_load_s=t1 - t0, sampling_s=t2 - t1, sampled_at=t2,
+                                     sent_at=time.time(), worker_pid=os.getpid())
+        startup_s = 0.0
+        out.put(FRAGMENT_CODEC.encode(ImpactFragment(batch, held, actor_index, generation)))
+        count += 1
+    return count
+
+
+class DaskImpactActorPool(_FragmentInbox):
+    """IMPACT's actors as long-running tasks on a Dask cluster (one worker thread each), with the
+    local pool's interface: `publish`, `collect`, `check_health`, `close`.
+
+    The cluster comes from tasks/dask_backend.py DaskBackend (a LocalCluster with one worker per
+    actor, or a running cluster at `address`). Weights go out through a Dask Variable, fragments
+    come back through a Dask Queue, both via the scheduler. A task whose worker died (KilledWorker)
+    is resubmitted as the slot's next generation; an actor whose own code raised fails the run.
+    """
+
+    def __init__(self, env_id: str, cfg: ImpactConfig, n_weights: int, seed: int = 0,
+                 address: str | None = None):
+        from distributed import Queue, Variable
+
+        from tasks.dask_backend import DaskBackend
+
+        self.env_id, self.cfg, self.seed = env_id, cfg, seed
+        self._backend = DaskBackend(env_id, workers=cfg.actors, address=address)
+        self.client = self._backend.client
+        uid = uuid.uuid4().hex[:8]
+        self._names = {"weights": f"impact-weights-{uid}", "stop": f"impact-stop-{uid}",
+                       "fragments": f"impact-fragments-{uid}"}
+        self._weights = Variable(self._names["weights"], client=self.client)
+        self._weights.set((-1, b""))
+        self._stop = Variable(self._names["stop"], client=self.client)
+        self._stop.set(False)
+        self._fragments = Queue(self._names["fragments"], client=self.client)
+        self._queue: queue.Queue[ImpactFragment] = queue.Queue()
+        self._lock = threading.Lock()
+        self._closed = False
+        self.counters = PoolCounters()
+        self.started_at = time.time()
+        self._futures = [self._submit(i, 0) for i in range(cfg.actors)]
+        self._receiver = threading.Thread(target=self._receive, name="impact-dask-receiver", daemon=True)
+        self._receiver.start()
+
+    def _submit(self, index: int, generation: int):
+        return self.client.submit(_dask_actor_loop, self.env_id, self.cfg, self.seed, index, generation,
+                                  self._names, key=f"impact-actor-{index}-g{generation}-{uuid.uuid4().hex[:6]}",
+                                  pure=False)
+
+    def publish(self, vector: np.ndarray, version: int) -> None:
+        self._weights.set((version, np.asarray(vector, dtype=np.float32).tobytes()))
+
+    def _receive(self) -> None:
+        from distributed import TimeoutError as DaskTimeoutError
+        from distributed.scheduler import KilledWorker
+
+        while not self._closed:
+            try:
+                fragment = FRAGMENT_CODEC.decode(self._fragments.get(timeout=0.2), ImpactFragment)
+                fragment.batch.timings.received_at = time.time()
+                self._queue.put(fragment)
+            except (DaskTimeoutError, TimeoutError):
+                pass
+            except Exception:  # the client is closing
+                if self._closed:
+                    return
+            for index, future in enumerate(list(self._futures)):
+                if self._closed or not future.done():
+                    continue
+                error = future.exception() if future.status == "error" else None
+                if error is not None and not isinstance(error, KilledWorker):
+                    self.counters.errors.append(f"actor {index}: {type(error).__name__}: {error}")
+                with self._lock:
+                    if self._closed:
+                        return
+                    self.counters.replacements += 1
+                    generation = int(future.key.split("-g")[1].split("-")[0]) + 1
+                    self._futures[index] = self._submit(index, generation)
+
+    def pids(self) -> list[int]:
+        return sorted(self.client.run(os.getpid).values())
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        with contextlib.suppress(Exception):
+            from distributed import wait as dask_wait
+
+            self._stop.set(True)
+            dask_wait(self._futures, timeout=10)
+        self._receiver.join(timeout=5)
+        self._backend.close()
+
+    def __enter__(self) -> DaskImpactActorPool:
         return self
 
     def __exit__(self, *exc) -> None:

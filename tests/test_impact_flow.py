@@ -95,7 +95,7 @@ def test_impact_flow_two_chunks_through_prefect_and_mlflow(prefect_api_url, mlfl
 def test_bad_input_fails_before_any_actor_or_run(prefect_api_url, mlflow_uri):
     from flows.impact import impact
 
-    with pytest.raises(ConfigError, match="one-shot per round"):
+    with pytest.raises(ConfigError, match="one-shot per round by design"):
         impact(env="CartPole-v1", backend="work-pool", tracking_uri=mlflow_uri)
     with pytest.raises(ConfigError, match="c_bar"):
         impact(env="CartPole-v1", impact_config={"c_bar": 2.0}, tracking_uri=mlflow_uri)
@@ -115,3 +115,17 @@ def test_an_actor_whose_code_raises_fails_the_run_with_its_error():
     with ImpactActorPool("NoSuchEnv-v0", cfg, len(learner.weights_vector()), seed=0) as pool:
         with pytest.raises(ActorError, match="actor 0: NameNotFound: Environment `NoSuchEnv`"):
             learn_chunk(learner, pool, progress, ChunkClock(time.time()), steps=5)
+
+
+def test_impact_flow_on_a_local_dask_cluster(prefect_api_url, mlflow_uri):
+    from flows.impact import impact
+
+    summary = impact(env="CartPole-v1", seed=6, chunk_steps=5, max_chunks=2, max_wall_s=180.0,
+                     impact_config=SMALL, backend="dask", tracking_uri=mlflow_uri, learner_device="cpu")
+    assert (summary.stop_reason, summary.chunks, summary.learner_steps) == ("max_chunks", 2, 10)
+    assert summary.env_steps > 0 and summary.actor_replacements == 0
+    client = MlflowClient(mlflow_uri)
+    run = client.get_run(summary.run_id)
+    assert run.data.tags["minionsrl.backend"] == "dask"
+    lag = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "impact/policy_lag_max")}
+    assert sorted(lag) == [0, 1] and all(v >= 0 for v in lag.values())
