@@ -129,3 +129,27 @@ def test_impact_flow_on_a_local_dask_cluster(prefect_api_url, mlflow_uri):
     assert run.data.tags["minionsrl.backend"] == "dask"
     lag = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "impact/policy_lag_max")}
     assert sorted(lag) == [0, 1] and all(v >= 0 for v in lag.values())
+
+
+def test_a_killed_dask_actor_is_resubmitted_and_the_run_goes_on():
+    from tasks.impact_actors import DaskImpactActorPool
+
+    cfg = ImpactConfig(**SMALL)
+    learner = ImpactLearner(env_spaces("CartPole-v1"), cfg, seed=0, device="cpu")
+    progress = ImpactProgress(target_return=1e9, max_env_steps=10**9, max_wall_s=300.0, return_window=10)
+    clock = ChunkClock(time.time())
+    with DaskImpactActorPool("CartPole-v1", cfg, len(learner.weights_vector()), seed=0) as pool:
+        pool.publish(learner.weights_vector(), 0)
+        learn_chunk(learner, pool, progress, clock, steps=3)
+        fragment = pool.collect(timeout_s=30)[0]
+        victim = fragment.batch.timings.worker_pid
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 120
+        seen: set[tuple[int, int]] = set()
+        while (fragment.actor_index, 1) not in seen and time.monotonic() < deadline:
+            for f in pool.collect(timeout_s=0.5):
+                seen.add((f.actor_index, f.actor_generation))
+                learner.add(f)
+        assert (fragment.actor_index, 1) in seen and pool.counters.replacements == 1
+        later = learn_chunk(learner, pool, progress, clock, steps=3)
+        assert later["train/grad_steps"] == 3 and learner.version == 6
