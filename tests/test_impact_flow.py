@@ -15,6 +15,8 @@ from models.envs import env_spaces
 from models.impact import ImpactConfig, ImpactLearner, ImpactProgress
 from tasks.impact_actors import ChunkClock, ImpactActorPool, learn_chunk
 
+pytestmark = pytest.mark.e2e
+
 SMALL = {"actors": 2, "fragment": 64, "envs_per_actor": 2, "batch_fragments": 2, "buffer_fragments": 8}
 
 
