@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from models.cost import PriceTable, server_cluster_cost
-from models.envs import EnvSpaces, check_env_id
+from models.envs import EnvSpaces, check_env_id, env_spaces
 from models.errors import ConfigError, NonFiniteError
 from models.gae import next_values_for
 from models.policy import ActorCritic
@@ -194,6 +194,8 @@ def resolve_impact_config(given: dict[str, Any]) -> ImpactRunConfig:
     given = dict(given)
     env_id = given.pop("env", None) or "CartPole-v1"
     check_env_id(env_id)
+    if len(env_spaces(env_id).obs_shape) != 1:
+        raise ConfigError(f"IMPACT here supports vector observations (MLP policies) only; {env_id} has images")
     preset = impact_preset(env_id)
     overrides = given.pop("impact", None) or {}
     if not isinstance(overrides, dict):
