@@ -1,0 +1,283 @@
+"""The `impact` flow: IMPACT (Luo et al., ICLR 2020) as a training system beside the serverless PPO.
+
+One flow run per training. Actors sample continuously in persistent worker processes
+(tasks/impact_actors.py); the learner runs in this flow's process in chunks of learner steps,
+each chunk one Prefect task run `learn-chunk-{i}` and one MLflow step. MLflow: one run per
+training, with PPO's metric names where they mean the same thing (rollout/ep_return_mean,
+rollout/env_steps[_total], time/learner_s, time/total_wall_s, cost/...) and impact/... for the
+rest (policy lag, buffer reuse, importance weights). The run is billed as the fixed server
+cluster it needs (always-on actors, idle included; cost/total_usd is that bill, with the
+cluster's start-up) and, for reference, as serverless (cost/serverless_total_usd).
+
+Backends: local (persistent processes) and dask (long-running Dask tasks); the work-pool backend
+is refused: its actors are one flow run per job, one-shot per round by design.
+
+    python -m flows.impact --env CartPole-v1 --seed 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+
+from prefect import flow, get_run_logger, task  # noqa: E402
+from prefect.cache_policies import NO_CACHE  # noqa: E402
+from prefect.runtime import flow_run as flow_run_context  # noqa: E402
+
+from deployments.local_api import prefect_api  # noqa: E402
+from flows.cli import flow_arguments, given_arguments, quiet_console  # noqa: E402
+from flows.tracking import RunTracker, default_tracking_uri  # noqa: E402
+from models.envs import env_spaces  # noqa: E402
+from models.errors import ConfigError  # noqa: E402
+from models.impact import (  # noqa: E402
+    STOP_CHUNKS,
+    ImpactLearner,
+    ImpactProgress,
+    ImpactRunConfig,
+    bill_impact,
+    resolve_impact_config,
+)
+from tasks.impact_actors import ChunkClock, DaskImpactActorPool, ImpactActorPool  # noqa: E402
+from tasks.impact_actors import learn_chunk as learn_chunk_body  # noqa: E402
+
+
+@dataclass(frozen=True)
+class ImpactSummary:
+    """What one IMPACT training did, for callers and the CLI."""
+
+    run_id: str
+    env_id: str
+    seed: int
+    stop_reason: str
+    env_steps: int
+    learner_steps: int
+    chunks: int
+    final_return: float
+    wall_s: float
+    server_cluster_cost_usd: float
+    server_cluster_cost_no_startup_usd: float
+    serverless_cost_usd: float
+    orchestration_frac: float
+    """(Prefect task overhead + MLflow logging) / wall time, on the machine it ran on."""
+    actor_replacements: int
+    learner_device: str
+    tracking_uri: str
+
+    @property
+    def target_reached(self) -> bool:
+        return self.stop_reason == "target_reached"
+
+
+@dataclass
+class _Training:
+    """The live parts one chunk task works on (never a flow parameter)."""
+
+    cfg: ImpactRunConfig
+    learner: ImpactLearner
+    pool: ImpactActorPool
+    progress: ImpactProgress
+    clock: ChunkClock
+
+
+@task(name="learn-chunk", task_run_name="learn-chunk-{chunk}", cache_policy=NO_CACHE,
+      persist_result=False)
+def learn_chunk(training: _Training, chunk: int) -> dict[str, float]:
+    """Up to chunk_steps IMPACT learner steps on the fragments the actors stream in."""
+    return learn_chunk_body(training.learner, training.pool, training.progress, training.clock,
+                            training.cfg.chunk_steps)
+
+
+def impact_run_name() -> str:
+    p = flow_run_context.parameters
+    return f"{p.get('env') or 'CartPole-v1'}-impact-seed{p.get('seed') or 0}"
+
+
+def prepare_impact(given: dict[str, Any]) -> ImpactRunConfig:
+    """The flow's given parameters as one validated configuration, before anything starts."""
+    given = dict(given)
+    if "impact_config" in given:
+        given["impact"] = given.pop("impact_config")
+    given.setdefault("tracking_uri", default_tracking_uri())
+    return resolve_impact_config(given)
+
+
+@flow(name="impact", flow_run_name=impact_run_name, persist_result=False, validate_parameters=True)
+def impact(
+    env: str | None = None,
+    seed: int | None = None,
+    target_return: float | None = None,
+    max_env_steps: int | None = None,
+    max_wall_s: float | None = None,
+    chunk_steps: int | None = None,
+    return_window: int | None = None,
+    max_chunks: int | None = None,
+    impact_config: dict[str, Any] | None = None,
+    backend: str | None = None,
+    dask_address: str | None = None,
+    learner_device: str | None = None,
+    prices_file: str | None = None,
+    tracking_uri: str | None = None,
+    experiment: str | None = None,
+) -> ImpactSummary:
+    """Train with IMPACT: always-on actors, a circular buffer, a target network and V-trace.
+
+    Every parameter left unset comes from the env's preset (models/data/impact_presets.toml).
+
+    Args:
+        env: gymnasium env id with vector observations (default CartPole-v1).
+        seed: run seed (default 0).
+        target_return: J; stop once the mean of the last return_window completed episodes reaches it.
+        max_env_steps: env-step budget: stop once actors have delivered this many steps.
+        max_wall_s: wall-clock limit of the training, seconds.
+        chunk_steps: learner steps per learn-chunk task (and per MLflow step).
+        return_window: completed episodes averaged for the return compared with J.
+        max_chunks: stop after this many chunks (smoke tests); 0 or unset: no limit.
+        impact_config: overrides of models/impact.py ImpactConfig, e.g. {"max_reuse": 3, "actors": 4}.
+        backend: where actors run: local (persistent processes here, the default) or dask
+            (long-running Dask tasks); work-pool is refused (its actors are one-shot by design).
+        dask_address: dask backend: scheduler address of a running cluster; default a LocalCluster
+            with one worker per actor.
+        learner_device: auto (CUDA when present, the default), cpu or cuda.
+        prices_file: TOML price table overriding the packaged models/data/prices.toml.
+        tracking_uri: MLflow store; default MLFLOW_TRACKING_URI or ./mlruns/mlflow.db.
+        experiment: MLflow experiment name; default minionsrl/<env>.
+    """
+    cfg = prepare_impact(given_arguments(locals()))
+    logger = get_run_logger()
+    tracker = RunTracker(cfg.tracking_uri)
+    tracker.check_reachable()
+    spaces = env_spaces(cfg.env_id)
+    status, failure = "FAILED", None
+    tracker.open()  # before the actors: the cluster's wall time is not spent opening MLflow
+    learner = ImpactLearner(spaces, cfg.impact, seed=cfg.seed, device=cfg.learner_device)
+    device = learner.device.type
+    tags = {"minionsrl.system": "impact", "minionsrl.scheduler": "impact",
+            "minionsrl.backend": cfg.backend, "minionsrl.learner_device": device}
+    if flow_run_context.id:
+        tags["prefect.flow_run_id"] = str(flow_run_context.id)
+    run_name = f"{cfg.env_id}__impact__{cfg.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
+    run_id = tracker.start(cfg.experiment, run_name, params=cfg.to_dict(), tags=tags)
+    clock = ChunkClock(started_at=time.time())  # the cluster's wall time starts with its actors
+    pool = None
+    try:
+        if cfg.backend == "dask":
+            pool = DaskImpactActorPool(cfg.env_id, cfg.impact, len(learner.weights_vector()), cfg.seed,
+                                       address=cfg.dask_address)
+        else:
+            pool = ImpactActorPool(cfg.env_id, cfg.impact, len(learner.weights_vector()), cfg.seed)
+        pool.publish(learner.weights_vector(), learner.version)
+        progress = ImpactProgress(cfg.target_return, cfg.max_env_steps, cfg.max_wall_s, cfg.return_window)
+        training = _Training(cfg, learner, pool, progress, clock)
+        chunk, orchestration_s = 0, 0.0
+        metrics: dict[str, float] = {}
+        while progress.stop_reason is None:
+            t0 = time.perf_counter()
+            metrics = learn_chunk(training, chunk)
+            task_s = time.perf_counter() - t0
+            wall_s = time.time() - clock.started_at
+            bill = bill_impact(wall_s, cfg.impact.actors, clock.actor_busy_s, clock.learner_s, device, cfg.prices)
+            metrics.update({
+                "time/total_wall_s": wall_s,
+                "time/task_overhead_s": max(task_s - metrics["time/chunk_body_s"], 0.0),
+                "cost/total_usd": bill.server_cluster_usd,
+                "cost/server_cluster_usd": bill.server_cluster_usd,
+                "cost/server_cluster_no_startup_usd": bill.server_cluster_no_startup_usd,
+                "cost/always_on_pool_usd": bill.always_on_pool_usd,
+                "cost/serverless_total_usd": bill.serverless_usd,
+                "cost/serverless_actors_usd": bill.serverless_actors_usd,
+                "cost/serverless_learner_usd": bill.serverless_learner_usd,
+                "cost/learner_on_cuda": float(device == "cuda"),
+            })
+            # Orchestration so far: every chunk task's Prefect overhead plus MLflow logging (the
+            # earlier chunks'; this chunk's own log is counted with the next one and in the summary).
+            orchestration_s += metrics["time/task_overhead_s"]
+            metrics["time/orchestration_s"] = orchestration_s
+            metrics["time/orchestration_frac"] = orchestration_s / max(wall_s, 1e-9)
+            if clock.first_fragment_at is not None:
+                metrics["time/actors_first_fragment_s"] = clock.first_fragment_at - clock.started_at
+            t_log = time.perf_counter()
+            tracker.log_metrics(metrics, step=chunk)
+            orchestration_s += time.perf_counter() - t_log
+            logger.info("chunk %d: %d learner steps, return %.1f, %d env steps, lag %.1f, wall %.1fs",
+                        chunk, learner.version, metrics["rollout/ep_return_mean"], progress.env_steps,
+                        metrics.get("impact/policy_lag_mean", math.nan), wall_s)
+            chunk += 1
+            if cfg.max_chunks and chunk >= cfg.max_chunks and progress.stop_reason is None:
+                progress.stop_reason = STOP_CHUNKS
+        wall_s = time.time() - clock.started_at
+        bill = bill_impact(wall_s, cfg.impact.actors, clock.actor_busy_s, clock.learner_s, device, cfg.prices)
+        summary = ImpactSummary(
+            run_id=run_id, env_id=cfg.env_id, seed=cfg.seed, stop_reason=str(progress.stop_reason),
+            env_steps=progress.env_steps, learner_steps=learner.version, chunks=chunk,
+            final_return=progress.mean_return, wall_s=wall_s,
+            server_cluster_cost_usd=bill.server_cluster_usd,
+            server_cluster_cost_no_startup_usd=bill.server_cluster_no_startup_usd,
+            serverless_cost_usd=bill.serverless_usd, orchestration_frac=orchestration_s / max(wall_s, 1e-9),
+            actor_replacements=pool.counters.replacements, learner_device=device,
+            tracking_uri=tracker.tracking_uri)
+        tracker.set_tags({"minionsrl.stop_reason": summary.stop_reason})
+        tracker.log_metrics({"summary/target_reached": float(summary.target_reached),
+                             "summary/time_to_stop_s": wall_s, "summary/wall_s": wall_s,
+                             "summary/env_steps": float(summary.env_steps),
+                             "summary/cost_usd": summary.server_cluster_cost_usd,
+                             "summary/server_cluster_cost_usd": summary.server_cluster_cost_usd,
+                             "summary/server_cluster_cost_no_startup_usd": summary.server_cluster_cost_no_startup_usd,
+                             "summary/serverless_cost_usd": summary.serverless_cost_usd,
+                             "summary/orchestration_frac": summary.orchestration_frac},
+                            step=max(chunk - 1, 0))
+        status = "FINISHED"
+        logger.info("stopped: %s after %d chunks, %d env steps, %.1fs; MLflow run %s", summary.stop_reason,
+                    chunk, summary.env_steps, wall_s, run_id)
+        return summary
+    except BaseException as exc:
+        failure = exc
+        raise
+    finally:
+        if pool is not None:
+            pool.close()
+        tracker.finish(status, failure)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Train with IMPACT (asynchronous baseline) on Prefect.")
+    flow_arguments(parser, impact.fn)
+    parser.add_argument("--seeds", type=int, nargs="*", help="run one training per seed (overrides --seed)")
+    parser.add_argument("--verbose", action="store_true", help="show every task run's log lines too")
+    args = vars(parser.parse_args(argv))
+    quiet_console(args.pop("verbose"))
+    seeds = args.pop("seeds") or [args.pop("seed")]
+    args.pop("seed", None)
+    try:  # bad input: one line, before the temporary API or any actor starts
+        for seed in seeds:
+            prepare_impact(given_arguments({**args, "seed": seed}))
+        api = prefect_api()
+        api.__enter__()
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    summaries = []
+    with contextlib.ExitStack() as stack:
+        stack.push(api)
+        for seed in seeds:
+            summaries.append(impact(**args, seed=seed))
+    for s in summaries:
+        print(f"seed {s.seed}: {s.stop_reason}, final return {s.final_return:.1f}, {s.env_steps} env steps, "
+              f"{s.learner_steps} learner steps, wall {s.wall_s:.1f}s, server cluster ${s.server_cluster_cost_usd:.4f} "
+              f"(${s.server_cluster_cost_no_startup_usd:.4f} without start-up), serverless ${s.serverless_cost_usd:.5f}, "
+              f"orchestration {100 * s.orchestration_frac:.1f}% of wall, actors replaced {s.actor_replacements}")
+    if summaries:
+        print(f"\nMLflow store: {summaries[0].tracking_uri}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""IMPACT end to end: real actor processes (one killed mid-run), a real Prefect API, a real MLflow store."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import time
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from models.config import ConfigError
+from models.envs import env_spaces
+from models.impact import ImpactConfig, ImpactLearner, ImpactProgress
+from tasks.impact_actors import ChunkClock, ImpactActorPool, learn_chunk
+
+pytestmark = pytest.mark.e2e
+
+SMALL = {"actors": 2, "fragment": 64, "envs_per_actor": 2, "batch_fragments": 2, "buffer_fragments": 8}
+
+
+def test_a_killed_actor_is_replaced_and_the_run_goes_on():
+    cfg = ImpactConfig(**SMALL)
+    learner = ImpactLearner(env_spaces("CartPole-v1"), cfg, seed=0, device="cpu")
+    progress = ImpactProgress(target_return=1e9, max_env_steps=10**9, max_wall_s=120.0, return_window=10)
+    clock = ChunkClock(time.time())
+    with ImpactActorPool("CartPole-v1", cfg, len(learner.weights_vector()), seed=0) as pool:
+        pool.publish(learner.weights_vector(), 0)
+        first = learn_chunk(learner, pool, progress, clock, steps=5)
+        assert first["train/grad_steps"] == 5
+        victim = pool.pids()[0]
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while pool.counters.replacements == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pool.counters.replacements == 1
+        assert victim not in pool.pids() and len(pool.pids()) == 2
+        # the replacement (generation 1 of slot 0) samples with the newest weights, and the learner goes on
+        seen_generations: set[tuple[int, int]] = set()
+        while (0, 1) not in seen_generations and time.monotonic() < deadline:
+            for fragment in pool.collect(timeout_s=0.5):
+                seen_generations.add((fragment.actor_index, fragment.actor_generation))
+                learner.add(fragment)
+        assert (0, 1) in seen_generations
+        later = learn_chunk(learner, pool, progress, clock, steps=5)
+        assert later["train/grad_steps"] == 5 and later["impact/actor_replacements"] == 1
+        assert learner.version == 10
+
+
+def test_impact_flow_two_chunks_through_prefect_and_mlflow(prefect_api_url, mlflow_uri):
+    from prefect import get_client
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+
+    from flows.impact import impact
+
+    summary = impact(env="CartPole-v1", seed=4, chunk_steps=5, max_chunks=2, max_wall_s=120.0,
+                     impact_config=SMALL, tracking_uri=mlflow_uri, learner_device="cpu")
+    assert summary.stop_reason == "max_chunks" and summary.chunks == 2
+    assert summary.learner_steps == 10
+    assert summary.env_steps > 0 and summary.server_cluster_cost_usd > summary.server_cluster_cost_no_startup_usd > 0
+
+    client = MlflowClient(mlflow_uri)
+    run = client.get_run(summary.run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["minionsrl.system"] == "impact"
+    assert run.data.params["impact.max_reuse"] == "2" and run.data.params["impact.rho_bar"] == "1.0"
+
+    def history(key):
+        return {m.step: m.value for m in client.get_metric_history(run.info.run_id, key)}
+
+    for key in ("rollout/env_steps", "rollout/env_steps_total", "time/learner_s", "time/total_wall_s",
+                "train/loss", "train/entropy", "impact/policy_lag_mean", "impact/policy_lag_max",
+                "impact/rho_mean", "impact/rho_clipped_frac", "impact/learner_version",
+                "cost/total_usd", "cost/server_cluster_usd", "cost/server_cluster_no_startup_usd",
+                "cost/serverless_total_usd", "time/orchestration_s", "time/orchestration_frac"):
+        assert sorted(history(key)) == [0, 1], key
+    assert history("impact/learner_version") == {0: 5.0, 1: 10.0}
+    lag_mean, lag_max = history("impact/policy_lag_mean"), history("impact/policy_lag_max")
+    assert all(0 <= lag_mean[k] <= lag_max[k] for k in (0, 1))
+    totals = history("rollout/env_steps_total")
+    assert 0 < totals[0] <= totals[1] and totals[1] == summary.env_steps
+    assert all(0 < v < 10 for v in history("impact/rho_mean").values())
+    cluster = history("cost/server_cluster_usd")
+    assert 0 < cluster[0] < cluster[1] and history("cost/total_usd") == cluster
+    assert all(0 <= v < 1 for v in history("time/orchestration_frac").values())
+    assert math.isclose(run.data.metrics["summary/env_steps"], summary.env_steps)
+
+    with get_client(sync_client=True) as prefect:
+        flows = prefect.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["impact"])))
+        ours = [f for f in flows if f.name == "CartPole-v1-impact-seed4"]
+        assert ours and ours[0].state.is_completed()
+        tasks = [t for t in prefect.read_task_runs() if t.flow_run_id == ours[0].id]
+        assert sorted(t.name for t in tasks if t.state.is_completed()) == ["learn-chunk-0", "learn-chunk-1"]
+
+
+def test_bad_input_fails_before_any_actor_or_run(prefect_api_url, mlflow_uri):
+    from flows.impact import impact
+
+    with pytest.raises(ConfigError, match="one-shot per round by design"):
+        impact(env="CartPole-v1", backend="work-pool", tracking_uri=mlflow_uri)
+    with pytest.raises(ConfigError, match="c_bar"):
+        impact(env="CartPole-v1", impact_config={"c_bar": 2.0}, tracking_uri=mlflow_uri)
+    with pytest.raises(ConfigError, match="max_reuse"):
+        impact(env="CartPole-v1", impact_config={"max_reuse": 0}, tracking_uri=mlflow_uri)
+    client = MlflowClient(mlflow_uri)
+    experiments = client.search_experiments()
+    assert not experiments or client.search_runs([e.experiment_id for e in experiments]) == []
+
+
+def test_an_actor_whose_code_raises_fails_the_run_with_its_error():
+    from tasks.errors import ActorError
+
+    cfg = ImpactConfig(**{**SMALL, "actors": 1})
+    learner = ImpactLearner(env_spaces("CartPole-v1"), cfg, seed=0, device="cpu")
+    progress = ImpactProgress(target_return=1e9, max_env_steps=10**9, max_wall_s=60.0, return_window=10)
+    with ImpactActorPool("NoSuchEnv-v0", cfg, len(learner.weights_vector()), seed=0) as pool:
+        with pytest.raises(ActorError, match="actor 0: NameNotFound: Environment `NoSuchEnv`"):
+            learn_chunk(learner, pool, progress, ChunkClock(time.time()), steps=5)
+
+
+def test_impact_flow_on_a_local_dask_cluster(prefect_api_url, mlflow_uri):
+    from flows.impact import impact
+
+    summary = impact(env="CartPole-v1", seed=6, chunk_steps=5, max_chunks=2, max_wall_s=180.0,
+                     impact_config=SMALL, backend="dask", tracking_uri=mlflow_uri, learner_device="cpu")
+    assert (summary.stop_reason, summary.chunks, summary.learner_steps) == ("max_chunks", 2, 10)
+    assert summary.env_steps > 0 and summary.actor_replacements == 0
+    client = MlflowClient(mlflow_uri)
+    run = client.get_run(summary.run_id)
+    assert run.data.tags["minionsrl.backend"] == "dask"
+    lag = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "impact/policy_lag_max")}
+    assert sorted(lag) == [0, 1] and all(v >= 0 for v in lag.values())
+
+
+def test_a_killed_dask_actor_is_resubmitted_and_the_run_goes_on():
+    from tasks.impact_actors import DaskImpactActorPool
+
+    cfg = ImpactConfig(**SMALL)
+    learner = ImpactLearner(env_spaces("CartPole-v1"), cfg, seed=0, device="cpu")
+    progress = ImpactProgress(target_return=1e9, max_env_steps=10**9, max_wall_s=300.0, return_window=10)
+    clock = ChunkClock(time.time())
+    with DaskImpactActorPool("CartPole-v1", cfg, len(learner.weights_vector()), seed=0) as pool:
+        pool.publish(learner.weights_vector(), 0)
+        learn_chunk(learner, pool, progress, clock, steps=3)
+        fragment = pool.collect(timeout_s=30)[0]
+        victim = fragment.batch.timings.worker_pid
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 120
+        seen: set[tuple[int, int]] = set()
+        while (fragment.actor_index, 1) not in seen and time.monotonic() < deadline:
+            for f in pool.collect(timeout_s=0.5):
+                seen.add((f.actor_index, f.actor_generation))
+                learner.add(f)
+        assert (fragment.actor_index, 1) in seen and pool.counters.replacements == 1
+        later = learn_chunk(learner, pool, progress, clock, steps=3)
+        assert later["train/grad_steps"] == 3 and learner.version == 6
