@@ -43,6 +43,8 @@ NEEDED = ("initdb", "postgres", "pg_isready", "createdb")
 INSTALL_HINT = "install Debian's postgresql package: apt-get install -y postgresql"
 USER = "minionsrl"  # the cluster's superuser (not an OS user)
 DATABASE = "prefect"
+PACKAGE_ROOT = Path("/usr/lib/postgresql")  # Debian: <version>/bin, not on PATH
+LOCAL_BIN = Path("/usr/local/bin")
 
 
 @dataclass(frozen=True)
@@ -58,10 +60,10 @@ def find_bindir() -> Path:
     on_path = shutil.which("initdb")
     if on_path:
         candidates.append(Path(on_path).resolve().parent)
-    versions = sorted(Path("/usr/lib/postgresql").glob("*/bin"),
+    versions = sorted(PACKAGE_ROOT.glob("*/bin"),
                       key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0, reverse=True)
     candidates += versions
-    local = Path("/usr/local/bin/initdb")
+    local = LOCAL_BIN / "initdb"
     if local.exists():
         candidates.append(local.resolve().parent)
     for bindir in candidates:
