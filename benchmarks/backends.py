@@ -66,10 +66,14 @@ def startup(name: str, n: int, steps: int, workers: int, warm_actors: int,
             warm_modes: tuple[str, ...] = ("subflow", "inline")) -> dict[str, float]:
     """Cold: a fresh backend, nothing pre-warmed. Warm: the same pool again (local, Dask), or
     work-pool warm actor servers after each served one job (its first subflow's imports)."""
+    from models.config import backend_spec
     from tasks.backends import make_backend
 
+    def spec(**work_pool_options):  # make_backend takes a run's typed backend spec
+        return backend_spec(name, work_pool_options if name == "work-pool" else {"workers": workers})
+
     out: dict[str, float] = {}
-    cold_backend = make_backend(name, "CartPole-v1", workers, prewarm=False)
+    cold_backend = make_backend(spec(), "CartPole-v1", prewarm=False)
     try:
         first = run_wave(cold_backend, n, 0, steps)
         if name != "work-pool":  # warm every worker (n may be fewer than workers), then measure
@@ -83,8 +87,7 @@ def startup(name: str, n: int, steps: int, workers: int, warm_actors: int,
                 if m in warm_modes] if name == "work-pool" else []
     for prefix, subflows in variants:
         servers = min(warm_actors, n)
-        warm_backend = make_backend(name, "CartPole-v1", workers, warm_actors=servers,
-                                    warm_subflows=subflows)
+        warm_backend = make_backend(spec(warm_actors=servers, warm_subflows=subflows), "CartPole-v1")
         try:
             warm_backend.wait_ready(servers, 600)
             run_wave(warm_backend, servers, 0, steps)
