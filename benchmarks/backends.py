@@ -113,7 +113,8 @@ def rounds(name: str, n: int, rounds_: int, fragment: int, workers: int, warm_ac
     warm = min(warm_actors, n) if name == "work-pool" else 0
     summary = train(
         env="CartPole-v1", scheduler=f"fixed:{n}", max_rounds=rounds_, fragment=fragment,
-        target_return=1e9, budget_usd=100.0, seed=0, backend=name, local_workers=workers,
+        target_return=1e9, budget_usd=100.0, seed=0, backend=name,
+        local_workers=None if name == "work-pool" else workers,  # work-pool: not an option of it
         tracking_uri=tracking_uri, experiment=f"benchmark/backends/{name}",
         checkpoint_dir=str(tmp / "ckpt"), warm_actors=warm,
         backend_options={"warm_subflows": False} if warm else None)
