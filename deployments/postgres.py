@@ -124,7 +124,8 @@ def temporary_postgres(timeout_s: float = 60.0) -> Iterator[str]:
     """Start a new PostgreSQL cluster; yield its postgresql+asyncpg URL; stop and delete it on exit."""
     bindir = find_bindir()  # before anything starts, so a missing package is one clear line
     who = run_as()
-    folder = Path(tempfile.mkdtemp(prefix="minionsrl-pg-"))  # short: a socket path has ~107 bytes
+    # Short (a socket path has ~107 bytes), and in /tmp when another account must reach it.
+    folder = Path(tempfile.mkdtemp(prefix="minionsrl-pg-", dir="/tmp" if who.uid is not None else None))
     server = None
     try:
         if who.uid is not None:

@@ -5,8 +5,8 @@ the runs read back from PostgreSQL itself."""
 from __future__ import annotations
 
 import asyncio
-import glob
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -61,13 +61,20 @@ def server_pids(folder: str) -> list[int]:
     return [int(p) for p in out.stdout.split()]
 
 
+def cluster_folder(url: str) -> str:
+    """The folder of the cluster serving url, from its server's command line (-D <folder>/data)."""
+    port = url.rsplit(":", 1)[1].split("/")[0]
+    out = subprocess.run(["pgrep", "-af", f"postgres -D .* -p {port} "], capture_output=True, text=True)
+    (line,) = out.stdout.splitlines()
+    return os.path.dirname(line.split(" -D ")[1].split()[0])
+
+
 @needs_postgres
 def test_the_cluster_is_stopped_and_deleted_even_after_ctrl_c():
-    before = set(glob.glob("/tmp/minionsrl-pg-*"))
     with pytest.raises(KeyboardInterrupt):
         with postgres.temporary_postgres() as url:
-            (folder,) = set(glob.glob("/tmp/minionsrl-pg-*")) - before
-            assert server_pids(folder)
+            folder = cluster_folder(url)
+            assert os.path.isdir(folder) and server_pids(folder)
             assert query(url, "select current_setting('synchronous_commit')") == [("off",)]
             raise KeyboardInterrupt
     assert not os.path.exists(folder)
@@ -77,13 +84,12 @@ def test_the_cluster_is_stopped_and_deleted_even_after_ctrl_c():
 @needs_postgres
 def test_a_sigkilled_parent_takes_its_server_with_it():
     code = ("import time\nfrom deployments.postgres import temporary_postgres\n"
-            "with temporary_postgres():\n    print('up', flush=True)\n    time.sleep(600)\n")
-    before = set(glob.glob("/tmp/minionsrl-pg-*"))
+            "with temporary_postgres() as url:\n    print(url, flush=True)\n    time.sleep(600)\n")
     parent = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True,
                               env={**os.environ, "PYTHONPATH": str(ROOT)})
+    folder = None
     try:
-        assert parent.stdout.readline().strip() == "up"
-        (folder,) = set(glob.glob("/tmp/minionsrl-pg-*")) - before
+        folder = cluster_folder(parent.stdout.readline().strip())
         assert server_pids(folder)
         parent.send_signal(signal.SIGKILL)
         parent.wait()
@@ -93,9 +99,8 @@ def test_a_sigkilled_parent_takes_its_server_with_it():
         assert not server_pids(folder)  # the folder stays: nothing ran to delete it
     finally:
         parent.kill()
-        import shutil
-
-        shutil.rmtree(folder, ignore_errors=True)
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.mark.e2e
