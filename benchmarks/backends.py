@@ -16,6 +16,10 @@ process worker (deployments/local_stack.py), limited to --pool-limit concurrent 
 runs plus --warm-actors warm servers (a warm server holds its slot while idle).
 
     .venv/bin/python -m benchmarks.backends --backends local dask work-pool --actors 1 8 32
+
+`--database postgres` runs the Prefect server (the stack's, or the temporary API's) on a
+throwaway PostgreSQL cluster (deployments/postgres.py); `--database sqlite postgres` runs the
+whole set on each in turn, in this one process, each on a new server and an empty database.
 """
 
 from __future__ import annotations
@@ -62,10 +66,14 @@ def startup(name: str, n: int, steps: int, workers: int, warm_actors: int,
             warm_modes: tuple[str, ...] = ("subflow", "inline")) -> dict[str, float]:
     """Cold: a fresh backend, nothing pre-warmed. Warm: the same pool again (local, Dask), or
     work-pool warm actor servers after each served one job (its first subflow's imports)."""
+    from models.config import backend_spec
     from tasks.backends import make_backend
 
+    def spec(**work_pool_options):  # make_backend takes a run's typed backend spec
+        return backend_spec(name, work_pool_options if name == "work-pool" else {"workers": workers})
+
     out: dict[str, float] = {}
-    cold_backend = make_backend(name, "CartPole-v1", workers, prewarm=False)
+    cold_backend = make_backend(spec(), "CartPole-v1", prewarm=False)
     try:
         first = run_wave(cold_backend, n, 0, steps)
         if name != "work-pool":  # warm every worker (n may be fewer than workers), then measure
@@ -79,8 +87,7 @@ def startup(name: str, n: int, steps: int, workers: int, warm_actors: int,
                 if m in warm_modes] if name == "work-pool" else []
     for prefix, subflows in variants:
         servers = min(warm_actors, n)
-        warm_backend = make_backend(name, "CartPole-v1", workers, warm_actors=servers,
-                                    warm_subflows=subflows)
+        warm_backend = make_backend(spec(warm_actors=servers, warm_subflows=subflows), "CartPole-v1")
         try:
             warm_backend.wait_ready(servers, 600)
             run_wave(warm_backend, servers, 0, steps)
@@ -106,7 +113,8 @@ def rounds(name: str, n: int, rounds_: int, fragment: int, workers: int, warm_ac
     warm = min(warm_actors, n) if name == "work-pool" else 0
     summary = train(
         env="CartPole-v1", scheduler=f"fixed:{n}", max_rounds=rounds_, fragment=fragment,
-        target_return=1e9, budget_usd=100.0, seed=0, backend=name, local_workers=workers,
+        target_return=1e9, budget_usd=100.0, seed=0, backend=name,
+        local_workers=None if name == "work-pool" else workers,  # work-pool: not an option of it
         tracking_uri=tracking_uri, experiment=f"benchmark/backends/{name}",
         checkpoint_dir=str(tmp / "ckpt"), warm_actors=warm,
         backend_options={"warm_subflows": False} if warm else None)
@@ -119,6 +127,39 @@ def rounds(name: str, n: int, rounds_: int, fragment: int, workers: int, warm_ac
     return {"round_wall_s": statistics.median(series("time/round_wall_s")),
             "overhead_s": statistics.median(series("time/orchestration_s")),
             "actor_startup_s": statistics.median(series("time/actor_startup_s"))}
+
+
+def run_set(args: argparse.Namespace, database: str, tmp: Path, tracking_uri: str) -> list[dict]:
+    """Every backend and actor count on one new Prefect server whose database is `database`."""
+    from deployments.local_api import prefect_api
+    from deployments.local_stack import prefect_stack
+
+    rows = []
+    with contextlib.ExitStack() as stack:
+        if "work-pool" in args.backends:
+            # Warm servers hold worker slots while idle: cold actors get --pool-limit besides.
+            prefect = stack.enter_context(prefect_stack(
+                tmp / "stack", tracking_uri, worker_limit=args.pool_limit + args.warm_actors,
+                database=database))
+            stack.enter_context(prefect.client_env())
+        else:
+            stack.enter_context(prefect_api(database=database))
+        for name in args.backends:
+            for n in args.actors:
+                started = time.monotonic()
+                row = {"database": database, "backend": name, "actors": n}
+                row.update(startup(name, n, args.steps, args.workers, args.warm_actors,
+                                   tuple(args.warm_modes)))
+                if not args.skip_rounds:
+                    row.update(rounds(name, n, args.rounds, args.fragment, args.workers,
+                                      args.warm_actors, tracking_uri, tmp))
+                row["bench_s"] = time.monotonic() - started
+                rows.append(row)
+                print(json.dumps(row), file=sys.stderr, flush=True)
+        from deployments.local_api import _drain_prefect_workers
+
+        _drain_prefect_workers()  # while this server is up: the next set has another
+    return rows
 
 
 def main() -> None:
@@ -137,52 +178,36 @@ def main() -> None:
     parser.add_argument("--warm-modes", nargs="*", default=["subflow", "inline"],
                         help="work-pool warm servers to measure: subflow, inline (none: cold only)")
     parser.add_argument("--skip-rounds", action="store_true")
+    parser.add_argument("--database", nargs="+", choices=["sqlite", "postgres"], default=["sqlite"],
+                        help="the Prefect server's database; several: the whole set on each in turn")
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args()
+    if os.environ.get("PREFECT_API_URL") and args.database != ["sqlite"] and "work-pool" not in args.backends:
+        parser.error("--database picks the temporary API's database: unset PREFECT_API_URL")
 
     tmp = Path(tempfile.mkdtemp(prefix="minionsrl-bench-"))
     tracking_uri = f"sqlite:///{tmp / 'mlflow.db'}"
     rows = []
-    with contextlib.ExitStack() as stack:
-        from deployments.local_api import prefect_api
-        from deployments.local_stack import prefect_stack
-
-        if "work-pool" in args.backends:
-            # Warm servers hold worker slots while idle: cold actors get --pool-limit besides.
-            prefect = stack.enter_context(prefect_stack(
-                tmp / "stack", tracking_uri, worker_limit=args.pool_limit + args.warm_actors))
-            stack.enter_context(prefect.client_env())
-        else:
-            stack.enter_context(prefect_api())
-        for name in args.backends:
-            for n in args.actors:
-                started = time.monotonic()
-                row = {"backend": name, "actors": n}
-                row.update(startup(name, n, args.steps, args.workers, args.warm_actors,
-                                   tuple(args.warm_modes)))
-                if not args.skip_rounds:
-                    row.update(rounds(name, n, args.rounds, args.fragment, args.workers,
-                                      args.warm_actors, tracking_uri, tmp))
-                row["bench_s"] = time.monotonic() - started
-                rows.append(row)
-                print(json.dumps(row), file=sys.stderr, flush=True)
+    for database in args.database:
+        rows += run_set(args, database, tmp / database, tracking_uri)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     print(f"\nCartPole-v1, {os.cpu_count()} cores, {args.workers} local/Dask workers, work-pool: "
           f"process worker limit {args.pool_limit} + {args.warm_actors}, at most {args.warm_actors} warm servers; "
           f"start-up fragment {args.steps} steps, rounds fragment {args.fragment} steps.\n")
-    print("| backend | actors | cold start-up s (n) | warm start-up s (n) | warm min s "
+    print("| database | backend | actors | cold start-up s (n) | warm start-up s (n) | warm min s "
           "| round wall s | orchestration overhead s / round | actor start-up in rounds s |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     nan = float("nan")
     for r in rows:
-        print(f"| {r['backend']}{' (warm: subflow per actor)' if r['backend'] == 'work-pool' and 'warm_s' in r else ''} "
+        print(f"| {r['database']} "
+              f"| {r['backend']}{' (warm: subflow per actor)' if r['backend'] == 'work-pool' and 'warm_s' in r else ''} "
               f"| {r['actors']} | {r['cold_s']:.2f} ({r['cold_n']}) | "
               f"{r.get('warm_s', nan):.3f} ({r.get('warm_n', 0)}) | {r.get('warm_min_s', nan):.3f} | "
               f"{r.get('round_wall_s', nan):.2f} | {r.get('overhead_s', nan):.3f} | "
               f"{r.get('actor_startup_s', nan):.3f} |")
         if "inline_warm_s" in r:
-            print(f"| {r['backend']} (warm: inline) | {r['actors']} | | "
+            print(f"| {r['database']} | {r['backend']} (warm: inline) | {r['actors']} | | "
                   f"{r['inline_warm_s']:.3f} ({r['inline_warm_n']}) | {r['inline_warm_min_s']:.3f} | | | |")
 
 

@@ -5,6 +5,15 @@ of the actors' busy intervals and the learner's update time inside it. Rounds 1.
 (round 0 includes first-call warm-up); median over rounds, one run per actor count.
 
     .venv/bin/python -m benchmarks.round_overhead --actors 1 8 32 --rounds 6
+
+`--database postgres` runs the temporary API's server on a throwaway PostgreSQL cluster
+(deployments/postgres.py) instead of SQLite. Given both (`--database sqlite postgres`) or
+`--repeats R`, each (actor count, database) is its own child process with its own temporary
+API, run interleaved (sqlite, postgres, then postgres, sqlite, ...) so a machine's load falls on
+both alike, each from an empty database (its own PREFECT_HOME); the table gives medians over
+the repeats.
+
+    .venv/bin/python -m benchmarks.round_overhead --actors 8 32 --database sqlite postgres --repeats 3
 """
 
 from __future__ import annotations
@@ -36,22 +45,70 @@ def measure(actors: int, rounds: int, fragment: int, tracking_uri: str) -> dict:
             "learner_s": statistics.median(learner), "actor_max_s": statistics.median(actor_max)}
 
 
+def interleaved(args: argparse.Namespace) -> list[dict]:
+    """Each (repeat, actor count, database) in a child process; medians over the repeats."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    runs: list[dict] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for repeat in range(args.repeats):
+            for n in args.actors:
+                order = args.database if repeat % 2 == 0 else args.database[::-1]
+                for db in order:
+                    out = f"{tmp}/{repeat}-{n}-{db}.json"
+                    home = f"{tmp}/{repeat}-{n}-{db}-home"  # both start from an empty database
+                    subprocess.run([sys.executable, "-m", "benchmarks.round_overhead", "--actors", str(n),
+                                    "--rounds", str(args.rounds), "--fragment", str(args.fragment),
+                                    "--database", db, "--json", out], check=True,
+                                   env={**os.environ, "PREFECT_HOME": home})
+                    runs += json.loads(open(out).read())
+    rows = []
+    for n in args.actors:
+        for db in args.database:
+            mine = [r for r in runs if r["actors"] == n and r["database"] == db]
+            rows.append({key: statistics.median(r[key] for r in mine) if isinstance(mine[0][key], float)
+                         else mine[0][key] for key in mine[0]} | {"runs": len(mine)})
+    return rows
+
+
 def main() -> None:
+    import json
+    import os
+
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--actors", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--fragment", type=int, default=512)
+    parser.add_argument("--database", nargs="+", choices=["sqlite", "postgres"], default=["sqlite"],
+                        help="the temporary API's database; two: interleaved child runs")
+    parser.add_argument("--repeats", type=int, default=1, help="runs per (actors, database), interleaved")
+    parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args()
-    from deployments.local_api import prefect_api
-    from flows.tracking import default_tracking_uri
+    if os.environ.get("PREFECT_API_URL") and args.database != ["sqlite"]:
+        parser.error("--database picks the temporary API's database: unset PREFECT_API_URL")
+    if len(args.database) > 1 or args.repeats > 1:
+        rows = interleaved(args)
+    else:
+        from deployments.local_api import prefect_api
+        from flows.tracking import default_tracking_uri
 
-    uri = default_tracking_uri()
-    with prefect_api():
-        rows = [measure(n, args.rounds, args.fragment, uri) for n in args.actors]
-    print("\n| actors | round wall s | overhead s | of which subflow s | overhead % of wall | learner s | slowest actor s |")
-    print("|---|---|---|---|---|---|---|")
+        uri = default_tracking_uri()
+        with prefect_api(database=args.database[0]):
+            rows = [measure(n, args.rounds, args.fragment, uri) | {"database": args.database[0]}
+                    for n in args.actors]
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    print("\n| database | actors | round wall s | overhead s | of which subflow s | overhead % of wall "
+          "| learner s | slowest actor s |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['actors']} | {r['round_wall_s']:.3f} | {r['overhead_s']:.3f} | "
+        runs = r.get("runs", 1)
+        print(f"| {r['database']}{f' (median of {runs})' if runs > 1 else ''} | {r['actors']} | {r['round_wall_s']:.3f} | {r['overhead_s']:.3f} | "
               f"{r['subflow_s']:.3f} | {r['overhead_pct']:.1f} | {r['learner_s']:.3f} | {r['actor_max_s']:.3f} |")
 
 

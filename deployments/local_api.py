@@ -11,6 +11,9 @@
 `prefect_api()` starts it as the temporary API when PREFECT_API_URL is unset (ephemeral
 services); deployments/local_stack.py starts it with all services as the stack's server. Point
 PREFECT_API_URL at any Prefect server (PostgreSQL-backed in production) and none of this runs.
+On PostgreSQL (`database="postgres"`, or MINIONSRL_PREFECT_DATABASE=postgres for `python -m
+flows.train`) neither fix applies and the same app runs on a throwaway cluster
+(deployments/postgres.py).
 """
 
 from __future__ import annotations
@@ -110,13 +113,42 @@ def _healthy(api_url: str) -> bool:
         return False
 
 
+DATABASE_ENV = "MINIONSRL_PREFECT_DATABASE"  # sqlite (default) or postgres
+DATABASES = ("sqlite", "postgres")
+
+
+def database_choice(database: str | None) -> str:
+    """database, else $MINIONSRL_PREFECT_DATABASE, else sqlite; ConfigError if neither known."""
+    choice = database or os.environ.get(DATABASE_ENV) or "sqlite"
+    if choice not in DATABASES:
+        raise ConfigError(f"Prefect database {choice!r} (from {'the argument' if database else DATABASE_ENV}): "
+                          f"use one of {', '.join(DATABASES)}")
+    return choice
+
+
 @contextlib.contextmanager
-def prefect_api(timeout_s: float = 120.0, while_starting: Callable[[], None] | None = None) -> Iterator[str]:
+def server_database(database: str | None, env: dict[str, str]) -> Iterator[None]:
+    """On postgres, a throwaway cluster for the server while the block runs, its URL put in env."""
+    if database_choice(database) == "sqlite":
+        yield
+        return
+    from deployments.postgres import temporary_postgres
+
+    with temporary_postgres() as url:
+        env["PREFECT_SERVER_DATABASE_CONNECTION_URL"] = url
+        yield
+
+
+@contextlib.contextmanager
+def prefect_api(timeout_s: float = 120.0, while_starting: Callable[[], None] | None = None,
+                database: str | None = None) -> Iterator[str]:
     """Yield an API URL: PREFECT_API_URL if set, else a temporary local server's.
 
     The temporary server uses Prefect's default database (PREFECT_HOME/prefect.db), so a
-    later `prefect server start` shows these runs in the UI. `while_starting` runs in this
-    process while the server starts (it takes 8-20 s): a place for one-off warm-up work.
+    later `prefect server start` shows these runs in the UI; or, with database="postgres"
+    (default: $MINIONSRL_PREFECT_DATABASE), a throwaway PostgreSQL cluster, deleted with the
+    server. `while_starting` runs in this process while the server starts (it takes 8-20 s):
+    a place for one-off warm-up work.
     """
     existing = os.environ.get("PREFECT_API_URL")
     if existing:
@@ -130,6 +162,14 @@ def prefect_api(timeout_s: float = 120.0, while_starting: Callable[[], None] | N
     port = _free_port()
     api_url = f"http://127.0.0.1:{port}/api"
     env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    with server_database(database, env), _temporary_server(port, api_url, env, timeout_s,
+                                                           while_starting) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def _temporary_server(port: int, api_url: str, env: dict[str, str], timeout_s: float,
+                      while_starting: Callable[[], None] | None) -> Iterator[str]:
     process = subprocess.Popen([sys.executable, "-m", "deployments.local_api", "--port", str(port),
                                 "--parent-pid", str(os.getpid())], env=env)
     try:

@@ -1,6 +1,7 @@
 """A real local Prefect stack: server, process work pool, deployments and worker, torn down clean.
 
     python -m deployments.local_stack            # up until Ctrl-C; prints PREFECT_API_URL
+    python -m deployments.local_stack --database postgres   # the server on a throwaway PostgreSQL
 
 Used by the tests and benchmarks/backends.py, and handy for trying the work-pool backend by hand.
 
@@ -11,7 +12,9 @@ every second. The server is Prefect's own app with all the services `prefect ser
 but with SQLite write transactions begun IMMEDIATE (deployments/local_api.py): the stock server stalled
 on "database is locked" with 32 actor flow runs at once. Teardown kills the worker, every
 flow-run process it started (they run in their own sessions, so a process-group kill would miss
-them), and the server.
+them), the server, and with `database="postgres"` the PostgreSQL cluster the server ran on
+(deployments/postgres.py: Debian's postgresql package, a new cluster in a temp folder, deleted
+at the end; the IMMEDIATE fix and the request limiter do not apply there).
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+
+from deployments.local_api import DATABASE_ENV, DATABASES, database_choice
+from models.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]  # the project folder (prefect.yaml)
 BIN = Path(sys.executable).parent
@@ -78,8 +84,10 @@ def kill_tree(process: subprocess.Popen, grace_s: float = 10.0) -> None:
 class PrefectStack:
     """Server + pool + worker, with the environment that every client of it needs."""
 
-    def __init__(self, tmp: Path, mlflow_uri: str | None = None, port: int | None = None):
+    def __init__(self, tmp: Path, mlflow_uri: str | None = None, port: int | None = None,
+                 database_url: str | None = None):
         self.tmp = tmp
+        self.database_url = database_url  # None: SQLite in PREFECT_HOME
         self.port = port or free_port()
         self.api_url = f"http://127.0.0.1:{self.port}/api"
         self.home = tmp / "prefect_home"
@@ -101,9 +109,9 @@ class PrefectStack:
             self.env["MLFLOW_TRACKING_URI"] = mlflow_uri
         self.processes: list[subprocess.Popen] = []
 
-    def _spawn(self, name: str, *args: str) -> subprocess.Popen:
+    def _spawn(self, name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
         log = open(self.logs / f"{name}.log", "wb")  # noqa: SIM115 (closed with the process)
-        process = subprocess.Popen(list(args), cwd=ROOT, env=self.env, stdout=log,
+        process = subprocess.Popen(list(args), cwd=ROOT, env=env or self.env, stdout=log,
                                    stderr=subprocess.STDOUT)
         self.processes.append(process)
         return process
@@ -117,8 +125,11 @@ class PrefectStack:
         return proc
 
     def start_server(self, timeout_s: float = 120) -> None:
+        env = dict(self.env)  # only the server gets the database URL (and its password)
+        if self.database_url:
+            env["PREFECT_SERVER_DATABASE_CONNECTION_URL"] = self.database_url
         server = self._spawn("server", sys.executable, "-m", "deployments.local_api", "--port",
-                             str(self.port), "--all-services")
+                             str(self.port), "--all-services", env=env)
         deadline = time.monotonic() + timeout_s
         while True:
             with contextlib.suppress(OSError):
@@ -168,17 +179,24 @@ class PrefectStack:
 
 @contextlib.contextmanager
 def prefect_stack(tmp: Path, mlflow_uri: str | None = None, deploy: bool = True,
-                  port: int | None = None, worker_limit: int | None = None) -> Iterator[PrefectStack]:
-    stack = PrefectStack(Path(tmp), mlflow_uri, port)
-    try:
+                  port: int | None = None, worker_limit: int | None = None,
+                  database: str | None = None) -> Iterator[PrefectStack]:
+    """database: "sqlite" (PREFECT_HOME/prefect.db) or "postgres" (a throwaway cluster);
+    None: $MINIONSRL_PREFECT_DATABASE, else sqlite."""
+    with contextlib.ExitStack() as cleanup:
+        url = None
+        if database_choice(database) == "postgres":
+            from deployments.postgres import temporary_postgres
+
+            url = cleanup.enter_context(temporary_postgres())  # stopped after the server
+        stack = PrefectStack(Path(tmp), mlflow_uri, port, database_url=url)
+        cleanup.callback(stack.stop)
         stack.start_server()
         stack.create_pool()
         if deploy:
             stack.deploy()
         stack.start_worker(worker_limit)
         yield stack
-    finally:
-        stack.stop()
 
 
 def main() -> None:
@@ -189,14 +207,24 @@ def main() -> None:
     parser.add_argument("--home", help="folder for PREFECT_HOME and logs (default: a temp folder)")
     parser.add_argument("--port", type=int, default=4200)
     parser.add_argument("--mlflow-uri", help="MLFLOW_TRACKING_URI for flow runs (absolute sqlite path)")
+    parser.add_argument("--database", choices=DATABASES,
+                        help="the server's database: sqlite (PREFECT_HOME/prefect.db; the default, or "
+                             f"${DATABASE_ENV}), or postgres: a throwaway PostgreSQL cluster (Debian's "
+                             "postgresql package), deleted at the end")
     args = parser.parse_args()
     folder = Path(args.home or tempfile.mkdtemp(prefix="minionsrl-stack-"))
-    with prefect_stack(folder, args.mlflow_uri, port=args.port) as stack:
-        print(f"export PREFECT_API_URL={stack.api_url} PREFECT_HOME={stack.home}\n"
-              f"logs in {stack.logs}; Ctrl-C stops the worker, its flow runs and the server")
-        with contextlib.suppress(KeyboardInterrupt):
-            while all(p.poll() is None for p in stack.processes):
-                time.sleep(1)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a kill, too, runs the teardown
+    try:
+        with prefect_stack(folder, args.mlflow_uri, port=args.port, database=args.database) as stack:
+            print(f"export PREFECT_API_URL={stack.api_url} PREFECT_HOME={stack.home}\n"
+                  f"logs in {stack.logs}; Ctrl-C stops the worker, its flow runs and the server"
+                  + (", and deletes its PostgreSQL cluster"
+                 if database_choice(args.database) == "postgres" else ""))
+            with contextlib.suppress(KeyboardInterrupt):
+                while all(p.poll() is None for p in stack.processes):
+                    time.sleep(1)
+    except ConfigError as exc:  # no PostgreSQL: one line, nothing started
+        sys.exit(f"error: {exc}")
 
 
 if __name__ == "__main__":
