@@ -77,8 +77,8 @@ class RunArtifacts:
         self.tracker.set_tags({"minionsrl.model_uri": model.model_uri})
         return model
 
-    def finished(self, summary: RunSummary, model=None) -> None:
-        """At the end: last table, progress at 100 %, the summary, then plots in MLflow."""
+    def finished(self, summary: RunSummary, model=None, plots: bool = True) -> None:
+        """At the end: last table, progress at 100 %, the summary, then (plots) plots in MLflow."""
         links = mlflow_links(self.tracker, model)
         cfg = self.session.cfg
         self._publish("progress", self._progress)
@@ -86,7 +86,8 @@ class RunArtifacts:
             self._publish_table()
         self._publish("summary", self._markdown,
                       summary_markdown(summary, links, cfg.target_return, cfg.budget_usd))
-        self.log_plots()
+        if plots:
+            self.log_plots()
         self.close()
 
     def failed(self, error: BaseException) -> None:

@@ -108,7 +108,7 @@ def scheduler_episode(episode: int, checkpoint: str, workload: dict[str, Any], s
     """One scheduler episode: a complete `train` run with the learned scheduler sampling."""
     return train(scheduler=f"learned:{checkpoint}:sample", seed=seed, parent_run_id=parent_run_id,
                  tracking_uri=tracking_uri, experiment=experiment, checkpoint_dir=checkpoint_dir,
-                 **workload)
+                 log_model=False, **workload)
 
 
 def episode_metrics(summary: RunSummary, rewards: np.ndarray) -> dict[str, float]:

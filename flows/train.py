@@ -164,6 +164,7 @@ def train(
     warm_actors: int | None = None,
     backend_options: dict[str, Any] | None = None,
     register_model: str | None = None,
+    log_model: bool | None = None,
 ) -> RunSummary:
     """Train PPO on `env` with per-round actor counts chosen by `scheduler`.
 
@@ -212,6 +213,8 @@ def train(
             {"actor_deployment": "actor/aci-actor"} or {"dask_address": "tcp://host:8786"}.
         register_model: register the final policy's MLflow model under this name (a new
             version each run); it is logged as a model of the run either way.
+        log_model: log the final policy as an MLflow model and the per-round plots (default
+            true; scheduler-training episodes turn it off: ~1-2 s each).
     """
     setup = prepare_run(given_arguments(locals(), exclude=("resume",)), resume)
     cfg = setup.config
@@ -240,7 +243,7 @@ def train(
         run_rounds(session, actor_backend, tracker, ckpt_path, journal, logger, on_round=artifacts.round_done)
         final = session.save_policy(ckpt_path.with_name("final_policy.pt"))
         tracker.log_artifact(final, "policy")
-        model = artifacts.log_model(final, cfg.register_model)
+        model = artifacts.log_model(final, cfg.register_model) if cfg.log_model else None
         summary = session.summary(tracking_uri=tracker.tracking_uri, checkpoint=str(ckpt_path))
         tracker.set_tags({"minionsrl.stop_reason": str(session.stop_reason),
                           "minionsrl.stop_detail": summary.stop_detail,
@@ -257,7 +260,7 @@ def train(
                              "summary/server_cluster_cost_no_startup_usd":
                                  summary.server_cluster_cost_no_startup_usd},
                             step=session.round_index)
-        artifacts.finished(summary, model)
+        artifacts.finished(summary, model, plots=cfg.log_model)
         status = "FINISHED"
         logger.info("stopped: %s after %d rounds; MLflow run %s in %s", session.stop_reason,
                     session.round_index, session.run_id, tracker.tracking_uri)

@@ -217,12 +217,16 @@ class RunConfig:
     """MLflow run this run is nested under (sweeps, scheduler training)."""
     register_model: str | None = None
     """Register the final policy's MLflow model under this name (None: logged, not registered)."""
+    log_model: bool = True
+    """Log the final policy as an MLflow model and the per-round plots (~1-2 s at the run's end;
+    scheduler-training episodes turn it off). The policy file itself is always logged."""
 
     # What a resumed run may change (recorded as a tag): where and how long it runs, never
     # what it learns. tracking_uri: a store moved elsewhere (the run must exist there).
     RESUMABLE_CHANGES: ClassVar[frozenset[str]] = frozenset({
         "max_rounds", "budget_usd", "backend", "actor_timeout_s", "actor_retries", "quorum",
-        "eval_every", "eval_episodes", "learner_device", "tracking_uri", "checkpoint_dir", "register_model"})
+        "eval_every", "eval_episodes", "learner_device", "tracking_uri", "checkpoint_dir", "register_model",
+        "log_model"})
 
     def validate(self) -> None:
         _check(math.isfinite(self.target_return), "target_return must be a finite number")
@@ -246,6 +250,8 @@ class RunConfig:
         _check(self.eval_episodes >= 1, "eval_episodes must be >= 1")
         _check(self.register_model is None or (isinstance(self.register_model, str) and self.register_model.strip() != ""),
                f"register_model must be a model name, got {self.register_model!r}")
+        _check(isinstance(self.log_model, bool), f"log_model must be true or false, got {self.log_model!r}")
+        _check(self.register_model is None or self.log_model, "register_model needs log_model")
         if isinstance(self.backend, WorkPoolBackendSpec):
             _check(self.backend.warm_actors <= self.i_max, "warm_actors must be <= i_max")
         self.ppo.validate()

@@ -51,6 +51,8 @@ def test_train_scheduler_resume_and_train_with_it(prefect_api_url, mlflow_uri, t
     assert all(c.info.run_name.startswith("CartPole-v1__learned__") and c.info.status == "FINISHED"
                for c in children)
     assert len(children) == 2
+    for child in children:  # episodes log their policy file, not an MLflow model or plots
+        assert {a.path for a in client.list_artifacts(child.info.run_id)} == {"policy"}
 
     _, _, meta = load_scheduler(out)
     assert meta["progress"] == {"episodes_done": 2, "updates": 2}
