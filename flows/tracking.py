@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import math
 import os
 import time
@@ -25,6 +26,20 @@ EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
 with it, in the model-training view (runs, metrics, charts). The key and value are the UI's
 own (its ExperimentKind enum in mlflow/server/js), the same the UI sets when a user picks
 "Machine learning" for an experiment."""
+
+RUNS_VIEW = "minionsrl"
+"""The shared view of the runs table (open it with ?viewStateShareKey=minionsrl): MLflow 3 shows
+no metric column until a user picks some, so each experiment carries a view with the key ones."""
+RUNS_VIEW_COLUMNS = ("metrics.`summary/target_reached`", "metrics.`summary/time_to_stop_s`",
+                     "metrics.`summary/cost_usd`", "metrics.`rollout/ep_return_mean`",
+                     "metrics.`cost/total_usd`", "tags.`minionsrl.scheduler`", "params.`seed`")
+"""Return, time to J and cost, as the UI names columns (`<type>.` + backquoted name). The UI
+reads the tag `mlflow.sharedViewState.<key>` as JSON and fills every field left out with its
+defaults (mlflow/server/js: the experiment page's shared-view loader)."""
+
+
+def runs_view_tags() -> dict[str, str]:
+    return {f"mlflow.sharedViewState.{RUNS_VIEW}": json.dumps({"selectedColumns": list(RUNS_VIEW_COLUMNS)})}
 
 
 def project_root() -> Path:
@@ -138,8 +153,8 @@ class RunTracker:
                     # Keep artifacts beside the store, not in whatever the working directory is.
                     store_dir = Path(self.tracking_uri.removeprefix("sqlite:///")).parent
                     location = (store_dir / "artifacts").as_uri()
-                self.experiment_id = self.client.create_experiment(experiment, artifact_location=location,
-                                                                   tags=EXPERIMENT_KIND)
+                self.experiment_id = self.client.create_experiment(
+                    experiment, artifact_location=location, tags={**EXPERIMENT_KIND, **runs_view_tags()})
             else:
                 self.experiment_id = found.experiment_id
                 self._mark_training_experiment(found.tags)
@@ -152,8 +167,8 @@ class RunTracker:
         return self.run_id
 
     def _mark_training_experiment(self, tags: dict[str, str]) -> None:
-        """An experiment made before the tag existed gets it; a kind a user chose stays."""
-        for key, value in EXPERIMENT_KIND.items():
+        """An experiment made before the tags existed gets them; a kind a user chose stays."""
+        for key, value in {**EXPERIMENT_KIND, **runs_view_tags()}.items():
             if key not in tags:
                 self.client.set_experiment_tag(self.experiment_id, key, value)
 
@@ -183,4 +198,5 @@ class RunTracker:
 
     def run_url_hint(self) -> str:
         return (f"mlflow ui --backend-store-uri {self.tracking_uri} --host 127.0.0.1 "
-                f"(experiment {self.experiment_id}, run {self.run_id})")
+                f"(experiment {self.experiment_id}, run {self.run_id}; the runs with their key "
+                f"columns: #/experiments/{self.experiment_id}/runs?viewStateShareKey={RUNS_VIEW})")

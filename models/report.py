@@ -106,8 +106,17 @@ class MlflowLinks:
 
     @property
     def run_url(self) -> str:
-        base = self.tracking_uri if self.ui_command is None else self.ui_base
-        return f"{base.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.run_id}"
+        return f"{self._base}/#/experiments/{self.experiment_id}/runs/{self.run_id}"
+
+    @property
+    def runs_url(self) -> str:
+        """The experiment's runs with return, time to J and cost as columns (flows/tracking.py
+        RUNS_VIEW, the shared view every experiment carries)."""
+        return f"{self._base}/#/experiments/{self.experiment_id}/runs?viewStateShareKey=minionsrl"
+
+    @property
+    def _base(self) -> str:
+        return (self.tracking_uri if self.ui_command is None else self.ui_base).rstrip("/")
 
 
 def _money(x: float) -> str:
@@ -151,6 +160,7 @@ def summary_markdown(summary: RunSummary, links: MlflowLinks, target_return: flo
         lines += [f"Open it: `{links.ui_command}`, then {links.run_url}", ""]
     else:
         lines += [f"Open it: {links.run_url}", ""]
+    lines += [f"All runs of the workload, with return, time to J and cost as columns: {links.runs_url}", ""]
     if links.model_uri:
         lines += [f"Policy model: `{links.model_uri}`"
                   + (f", registered as {links.registered}" if links.registered else ""), "",

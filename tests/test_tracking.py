@@ -69,3 +69,17 @@ def test_experiments_open_in_mlflows_model_training_view(mlflow_uri):
     resumed = RunTracker(mlflow_uri)
     resumed.start("", "", {}, run_id=client.search_runs([older])[0].info.run_id)
     assert client.get_experiment(older).tags["mlflow.experimentKind"] == "custom_model_development"
+
+
+def test_experiments_carry_a_runs_view_with_return_time_and_cost_as_columns(mlflow_uri):
+    import json
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(mlflow_uri)
+    tracker = RunTracker(mlflow_uri)
+    tracker.start("viewed", "run", params={})
+    view = json.loads(client.get_experiment(tracker.experiment_id).tags["mlflow.sharedViewState.minionsrl"])
+    assert view["selectedColumns"][:3] == ["metrics.`summary/target_reached`", "metrics.`summary/time_to_stop_s`",
+                                           "metrics.`summary/cost_usd`"]
+    assert "viewStateShareKey=minionsrl" in tracker.run_url_hint()
