@@ -8,8 +8,9 @@ folder), runs two short CartPole-v1 trainings against them (Fixed(4) and Adapt, 
 takes headless screenshots of:
 
 - prefect_flow_run.png: the `train` flow run page (round subflows, task runs on the timeline);
-- prefect_artifacts.png: the same run's Artifacts tab (progress, round table, summary);
-- mlflow_experiment.png: the workload's experiment, opened on its training runs;
+- prefect_summary.png, prefect_rounds.png: the run's summary and round-table artifacts;
+- mlflow_experiment.png: the workload's experiment, its training runs in the shared view with
+  return, time to J and cost as columns (flows/tracking.py RUNS_VIEW);
 - mlflow_run.png: the Fixed(4) run's page (metrics, params, the logged model);
 - mlflow_compare.png: the two runs compared.
 
@@ -32,6 +33,8 @@ import urllib.request
 from pathlib import Path
 
 from deployments.local_stack import free_port, kill_tree
+from flows.tracking import RUNS_VIEW
+from models.report import artifact_key
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -110,8 +113,11 @@ def main(argv: list[str] | None = None) -> int:
         mlflow_ui = f"http://127.0.0.1:{mlflow_port}"
         exp_id = experiment.experiment_id
         screenshot(browser, f"{prefect_ui}/runs/flow-run/{flow_run}", out / "prefect_flow_run.png")
-        screenshot(browser, f"{prefect_ui}/runs/flow-run/{flow_run}?tab=Artifacts", out / "prefect_artifacts.png")
-        screenshot(browser, f"{mlflow_ui}/#/experiments/{exp_id}/runs", out / "mlflow_experiment.png")
+        for kind in ("summary", "rounds"):
+            key = artifact_key(kind, fixed.info.run_id)
+            screenshot(browser, f"{prefect_ui}/artifacts/key/{key}", out / f"prefect_{kind}.png")
+        screenshot(browser, f"{mlflow_ui}/#/experiments/{exp_id}/runs?viewStateShareKey={RUNS_VIEW}",
+                   out / "mlflow_experiment.png")
         screenshot(browser, f"{mlflow_ui}/#/experiments/{exp_id}/runs/{fixed.info.run_id}", out / "mlflow_run.png")
         ids = json.dumps([r.info.run_id for r in runs])
         query = urllib.parse.urlencode({"runs": ids, "experiments": json.dumps([exp_id])})
