@@ -156,9 +156,9 @@ def run_set(args: argparse.Namespace, database: str, tmp: Path, tracking_uri: st
                 row["bench_s"] = time.monotonic() - started
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr, flush=True)
-        from deployments.local_api import _drain_prefect_workers
+        from deployments.local_api import drain_prefect_workers
 
-        _drain_prefect_workers()  # while this server is up: the next set has another
+        drain_prefect_workers()  # while this server is up: the next set has another
     return rows
 
 

@@ -182,6 +182,7 @@ def _temporary_server(port: int, api_url: str, env: dict[str, str], timeout_s: f
             if time.monotonic() > deadline:
                 raise RuntimeError(f"temporary Prefect API not up after {timeout_s:.0f} s")
             time.sleep(0.2)
+        drain_prefect_workers()  # events and logs queued so far belong to the API before this one
         os.environ["PREFECT_API_URL"] = api_url
         from prefect.settings import (
             PREFECT_API_URL,
@@ -198,7 +199,7 @@ def _temporary_server(port: int, api_url: str, env: dict[str, str], timeout_s: f
         with temporary_settings(updates=updates):
             yield api_url
     finally:
-        _drain_prefect_workers()
+        drain_prefect_workers()
         if os.environ.get("PREFECT_API_URL") == api_url:
             del os.environ["PREFECT_API_URL"]
         process.terminate()
@@ -209,8 +210,13 @@ def _temporary_server(port: int, api_url: str, env: dict[str, str], timeout_s: f
             process.wait()
 
 
-def _drain_prefect_workers() -> None:
-    """Send queued logs and events before the server goes away, not at interpreter exit."""
+def drain_prefect_workers() -> None:
+    """Send queued logs and events to the API they were made for, and stop their workers.
+
+    Call it before the server goes away (not at interpreter exit) and before this process
+    switches to another API: Prefect keeps one EventsWorker per client type, not per API URL
+    (prefect/events/worker.py `instance`), so a worker started for an earlier API would carry
+    the next API's task-run events to the earlier one, and those task runs would never appear."""
     with contextlib.suppress(Exception):
         from prefect.events.worker import EventsWorker
         from prefect.logging.handlers import APILogWorker

@@ -30,7 +30,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from deployments.local_api import DATABASE_ENV, DATABASES, database_choice
+from deployments.local_api import DATABASE_ENV, DATABASES, database_choice, drain_prefect_workers
 from models.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]  # the project folder (prefect.yaml)
@@ -165,11 +165,13 @@ class PrefectStack:
         from prefect.settings import PREFECT_API_URL, PREFECT_HOME, temporary_settings
 
         saved = {k: os.environ.get(k) for k in ("PREFECT_API_URL", "PREFECT_HOME")}
+        drain_prefect_workers()  # what was queued so far goes to the API before this one
         os.environ.update(PREFECT_API_URL=self.api_url, PREFECT_HOME=str(self.home))
         try:
             with temporary_settings(updates={PREFECT_API_URL: self.api_url, PREFECT_HOME: str(self.home)}):
                 yield
         finally:
+            drain_prefect_workers()  # while the stack's server is still up
             for key, value in saved.items():
                 if value is None:
                     os.environ.pop(key, None)
