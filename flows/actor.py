@@ -134,6 +134,7 @@ def actor_server(storage_block: str, prefix: str, server_id: str, warm_env_id: s
             training run that owns the server is gone).
         poll_s: inbox poll interval right after a job; it backs off to max_poll_s when idle
             (raise both for blob stores, where each poll is a request).
+        max_poll_s: the longest inbox poll interval, reached when idle.
         as_subflows: run each job as an `actor` subflow (one flow run per actor in the UI);
             off by default: inline saves the subflow's API writes (seconds on SQLite).
     Returns:

@@ -169,8 +169,13 @@ def train_scheduler(
         beta: weight of the round time in the reward r_k = -beta * P_k.
         learning_rate: the scheduler's Adam step size (default 1e-3, or the checkpoint's).
         agent: other scheduler PPO settings (models/scheduler_agent.py AgentConfig).
-        i_max, target_return, budget_usd, max_rounds, fragment, ppo, local_workers: the workload's
-            `train` parameters.
+        i_max: the workload's largest actor count I_max (the scheduler's action space).
+        target_return: the workload's J; default the env's preset, else gymnasium's reward_threshold.
+        budget_usd: the workload's budget B per episode; default the env's preset.
+        max_rounds: the workload's round limit K per episode; default the env's preset.
+        fragment: env steps per actor per round; default the env's preset.
+        ppo: overrides of the workload's PPO settings, e.g. {"learning_rate": 0.002}.
+        local_workers: worker processes of the local backend; default one per core.
         seed: episode e trains the workload with seed + e (and samples actions with it).
         tracking_uri: MLflow store; default MLFLOW_TRACKING_URI or ./mlruns/mlflow.db.
         experiment: MLflow experiment of the parent run and its nested workload runs;
@@ -306,9 +311,17 @@ def finetune_scheduler(
     """Fine-tune a saved scheduler (file path, packaged name or MLflow URI) on another workload.
 
     A `train-scheduler` subflow started from `source` (its init_from) for `episodes` more
-    episodes (default 10, the paper's figure); `options` are any other train-scheduler
-    parameters (output, beta, learning_rate, agent, the workload's i_max, target_return, ...,
-    seed, tracking_uri, experiment, checkpoint_dir), validated by that flow.
+    episodes (default 10, the paper's figure).
+
+    Args:
+        source: the scheduler to start from: a file path, a packaged name (cartpole) or an
+            MLflow URI.
+        env: the workload to fine-tune on.
+        episodes: fine-tuning episodes (the paper: about 10).
+        batch_episodes: episodes per PPO update of the scheduler.
+        options: any other train-scheduler parameter (output, beta, learning_rate, agent,
+            i_max, target_return, budget_usd, max_rounds, fragment, ppo, local_workers, seed,
+            tracking_uri, experiment, checkpoint_dir), validated by that flow.
     """
     return train_scheduler(env=env, episodes=episodes, batch_episodes=batch_episodes, init_from=source,
                            **options)

@@ -29,7 +29,16 @@ def actors_curve(
     Reports the mean actor count over the first, middle and last third of each run: the paper
     saw many, fewer, more; this reports what appears, it does not force a shape
     (models/experiment_stats.py `phase_shape`).
-    `workload`: `train` parameters of every run.
+
+    Args:
+        env: the workload's gymnasium env id.
+        seeds: the seeds the learned scheduler runs on (default 0-4).
+        learned: the learned scheduler: a file path, a packaged name (cartpole) or an MLflow URI.
+        tracking_uri: MLflow store; default MLFLOW_TRACKING_URI or ./mlruns/mlflow.db.
+        experiment: MLflow experiment of the parent run and its nested runs; default
+            minionsrl-experiments.
+        checkpoint_dir: where the runs' checkpoints go; default ./checkpoints.
+        workload: `train` parameters of every run.
     """
     seeds = [0, 1, 2, 3, 4] if seeds is None else seeds
     with Experiment("actors_curve", env, {"seeds": seeds, "learned": learned}, workload, tracking_uri,

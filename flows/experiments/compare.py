@@ -49,7 +49,18 @@ def compare_schedulers(
     `sweep`: the N of the Fixed(N) runs (default 1, 2, 4, 8, 16, 32, up to i_max; [] for none);
     the best of them in hindsight (cheapest that reached J on every seed) is a row of its own,
     and the learned scheduler is judged against it: cost within 5% at no more time.
-    `workload`: `train` parameters of every run (i_max, target_return, budget_usd, ...).
+
+    Args:
+        env: the workload's gymnasium env id.
+        seeds: the seeds every scheduler runs on (default 0-4).
+        learned: the learned scheduler: a file path, a packaged name (cartpole) or an MLflow URI.
+        baselines: the other schedulers (default max and adapt), as `train` scheduler specs.
+        sweep: the N of the Fixed(N) runs (default 1, 2, 4, 8, 16, 32 up to i_max; [] for none).
+        tracking_uri: MLflow store; default MLFLOW_TRACKING_URI or ./mlruns/mlflow.db.
+        experiment: MLflow experiment of the parent run and its nested runs; default
+            minionsrl-experiments.
+        checkpoint_dir: where the runs' checkpoints go; default ./checkpoints.
+        workload: `train` parameters of every run (i_max, target_return, budget_usd, ...).
     """
     logger = get_run_logger()
     seeds = [0, 1, 2, 3, 4] if seeds is None else seeds

@@ -31,7 +31,20 @@ def motivation(
     """Fixed(n) vs Increase vs Decrease (step actors every `every` rounds) at the same total
     actor budget over max_rounds rounds (the schedulers of models/schedulers.py). A run that
     reaches J stops early, so the table also reports the actor-rounds each actually used.
-    `workload`: other `train` parameters."""
+
+    Args:
+        env: the workload's gymnasium env id.
+        seeds: the seeds every schedule runs on (default 0, 1, 2).
+        n: Fixed(n)'s actor count; Increase and Decrease average n over max_rounds.
+        step: actors added (Increase) or removed (Decrease) at each change.
+        every: rounds between two changes of the actor count.
+        max_rounds: K, the rounds over which the actor budgets are equal.
+        tracking_uri: MLflow store; default MLFLOW_TRACKING_URI or ./mlruns/mlflow.db.
+        experiment: MLflow experiment of the parent run and its nested runs; default
+            minionsrl-experiments.
+        checkpoint_dir: where the runs' checkpoints go; default ./checkpoints.
+        workload: other `train` parameters of every run.
+    """
     seeds = [0, 1, 2] if seeds is None else seeds
     specs = {"fixed": f"fixed:{n}", "increase": f"increase:{n}:{step}:{every}",
              "decrease": f"decrease:{n}:{step}:{every}"}

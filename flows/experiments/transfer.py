@@ -43,6 +43,23 @@ def scheduler_transfer(
     env's preset target, else gymnasium's reward_threshold (Acrobot-v1: -100), for the training
     episodes and the evaluation alike. `workload`: the scheduler workload's other `train`
     parameters (i_max, budget_usd, max_rounds, fragment, ppo, local_workers).
+
+    Args:
+        env: the target workload's gymnasium env id.
+        source: the scheduler to fine-tune: a file path, a packaged name (cartpole) or an MLflow URI.
+        finetune_episodes: fine-tuning episodes on env (the paper: 10).
+        scratch_episodes: episodes of the scheduler trained on env from scratch (default as many
+            as finetune_episodes; the paper: 100).
+        batch_episodes: episodes per PPO update of either scheduler.
+        eval_seeds: held-out workload seeds the schedulers are evaluated on (default 1000-1002).
+        target_return: J of the training episodes and the evaluation; default the env's preset
+            target, else gymnasium's reward_threshold.
+        seed: first workload seed of the training episodes (episode e uses seed + e).
+        tracking_uri: MLflow store; default MLFLOW_TRACKING_URI or ./mlruns/mlflow.db.
+        experiment: MLflow experiment of the parent run and its nested runs; default
+            minionsrl-experiments.
+        checkpoint_dir: where the runs' checkpoints go; default ./checkpoints.
+        workload: the scheduler workload's other `train` parameters.
     """
     logger = get_run_logger()
     unknown = sorted(set(workload) - set(WORKLOAD_KEYS))
