@@ -378,8 +378,10 @@ def run_rounds(session: TrainingSession, backend: ActorBackend, tracker: RunTrac
             chaos_point("saved", k)
             tracker.log_metrics(metrics, step=k)
             chaos_point("logged", k)
-            logger.info("round %d: %d actors, return %.1f, P_k %.2fs, wall %.2fs, $%.6f ($%.6f of B left)",
-                        k, actors, metrics["rollout/ep_return_mean"], metrics["time/round_s"],
+            # "round k/K (p%)" is the terminal's progress bar: how far the run is towards K rounds
+            logger.info("round %d/%d (%d%%): %d actors, return %.1f (J %g), P_k %.2fs, wall %.2fs, "
+                        "$%.6f ($%.6f of B left)", k, cfg.max_rounds, 100 * (k + 1) // max(cfg.max_rounds, 1),
+                        actors, metrics["rollout/ep_return_mean"], cfg.target_return, metrics["time/round_s"],
                         metrics["time/round_wall_s"], metrics["cost/round_usd"], session.budget_left_usd)
             if on_round is not None:
                 on_round(session)

@@ -79,6 +79,8 @@ def test_a_real_sigkill_between_checkpoint_and_mlflow_record(prefect_api_url, ml
                               "--tracking-uri", mlflow_uri], env=env, capture_output=True, text=True,
                              timeout=240)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    console = resumed.stdout + resumed.stderr  # one line per round, with how far the run is
+    assert "round 2/3 (100%): 1 actors" in console and "Task run" not in console, console
     check_consistent(client, run.info.run_id, checkpoint, 3)
     assert client.get_run(run.info.run_id).info.status == "FINISHED"
     # The killed process's flow run was left Running; the resume marked it Crashed.
