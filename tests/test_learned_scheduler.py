@@ -203,7 +203,8 @@ def test_the_packaged_scheduler_decides_as_before_its_conversion():
     agent, norm_config, meta = load_scheduler(shipped_checkpoint())
     sched = LearnedScheduler(agent, StateNormaliser(475.0, 60, 0.05, norm_config), mode="greedy")
     assert [sched.choose(s) for s in probe_states()] == CARTPOLE_GREEDY
-    np.testing.assert_allclose([s.value for s in sched.trace().steps], CARTPOLE_VALUES, rtol=1e-12)
+    # float32 forward passes: the last bits differ between CPUs (AMD and Intel machines of one kind)
+    np.testing.assert_allclose([s.value for s in sched.trace().steps], CARTPOLE_VALUES, rtol=1e-5)
     obs = np.random.default_rng(0).uniform(-1, 1.5, size=(64, 7)).astype(np.float32)
     assert agent.probabilities(obs).argmax(-1).tolist() == CARTPOLE_ARGMAX
     assert (agent.i_max, agent.updates, agent.episodes_seen) == (32, 15, 60)

@@ -6,7 +6,6 @@ training run.
 
 from __future__ import annotations
 
-import hashlib
 from types import SimpleNamespace
 
 import numpy as np
@@ -17,6 +16,7 @@ from models.config import ConfigError
 from models.normalization import RunningMeanStd
 from models.scheduler_agent import AgentConfig, Episode, SchedulerAgent, target_std
 from models.scheduler_features import SchedulerDecision
+from tests.fingerprints import assert_same_fingerprint, fingerprint
 from tests.scheduler_fixtures import SyntheticRounds, greedy_schedule, train_on
 
 # Per-round cost 12 + I (13, 14, 15, 16 for I = 1..4), round time 1 + 12 / I (13, 7, 5, 4);
@@ -78,15 +78,22 @@ def test_agent_config_is_validated():
     assert AgentConfig().replace({"learning_rate": 5e-3}).learning_rate == 5e-3
 
 
-# sha256 of the agent's initial parameters for SchedulerAgent(4, seed=0), one thread, captured
-# before its networks came from models/networks.py: the same seed still gives the same agent.
-AGENT_INIT_SHA256_PREFIX = {
-    "policy.0.weight": "e1b5d4eaacb4d43f", "policy.0.bias": "5341e6b2646979a7",
-    "policy.2.weight": "0f427f83904d242f", "policy.2.bias": "5341e6b2646979a7",
-    "policy.4.weight": "9eb5d687309b047b", "policy.4.bias": "374708fff7719dd5",
-    "value.0.weight": "afcd28e6c5a56078", "value.0.bias": "5341e6b2646979a7",
-    "value.2.weight": "b1371a33b1f11aa0", "value.2.bias": "5341e6b2646979a7",
-    "value.4.weight": "8a05a89fd1591264", "value.4.bias": "df3f619804a92fdb",
+# Fingerprint (tests/fingerprints.py) of SchedulerAgent(4, seed=0)'s initial parameters, one thread,
+# matching the sha256 digests captured before its networks came from models/networks.py: the same
+# seed still gives the same agent.
+AGENT_INIT_FINGERPRINT = {
+    "policy.0.weight": (448.0, -0.2300275, 62.4099842, -0.0950563, -0.0171268, -0.0273682),
+    "policy.0.bias": (64.0, 0.0, 0.0, 0.0, 0.0, 0.0),
+    "policy.2.weight": (4096.0, -16.0909002, 578.9521669, 0.0603025, -0.0468925, -0.1099171),
+    "policy.2.bias": (64.0, 0.0, 0.0, 0.0, 0.0, 0.0),
+    "policy.4.weight": (256.0, -0.0125928, 0.2577159, 0.0009362, -0.0012207, 0.0002214),
+    "policy.4.bias": (4.0, 0.0, 0.0, 0.0, 0.0, 0.0),
+    "value.0.weight": (448.0, 2.0803253, 63.9033526, -0.0367844, 0.0476895, 0.1044582),
+    "value.0.bias": (64.0, 0.0, 0.0, 0.0, 0.0, 0.0),
+    "value.2.weight": (4096.0, -8.0219838, 574.1500262, -0.0427597, 0.0659353, -0.0818246),
+    "value.2.bias": (64.0, 0.0, 0.0, 0.0, 0.0, 0.0),
+    "value.4.weight": (64.0, -0.6767639, 6.4483734, 0.0182014, 0.1248964, 0.2363749),
+    "value.4.bias": (1.0, 0.0, 0.0, 0.0, 0.0, 0.0),
 }
 
 
@@ -99,8 +106,7 @@ def test_same_seed_gives_the_recorded_initial_agent():
         torch.set_num_threads(threads)
     params = {f"{net}.{k}": v for net in ("policy", "value")
               for k, v in getattr(agent, net).state_dict().items()}
-    digests = {k: hashlib.sha256(v.detach().numpy().tobytes()).hexdigest()[:16] for k, v in params.items()}
-    assert digests == AGENT_INIT_SHA256_PREFIX
+    assert_same_fingerprint(fingerprint(params), AGENT_INIT_FINGERPRINT)
 
 
 def test_value_scale_is_the_running_statistics_of_the_targets():
