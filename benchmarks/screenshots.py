@@ -34,7 +34,7 @@ from pathlib import Path
 
 from deployments.local_stack import free_port, kill_tree
 from flows.tracking import RUNS_VIEW
-from models.report import artifact_key
+from models.report import MODEL_TRAINING_UI, artifact_key
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -50,6 +50,16 @@ def wait_http(url: str, timeout_s: float = 120.0) -> None:
                     return
         time.sleep(0.5)
     raise RuntimeError(f"{url} did not answer within {timeout_s:.0f} s")
+
+
+def latest_artifact_id(api: str, key: str) -> str:
+    """The id of the newest version of the artifact `key`, from the Prefect API."""
+    body = json.dumps({"artifacts": {"key": {"any_": [key]}}, "sort": "CREATED_DESC", "limit": 1}).encode()
+    request = urllib.request.Request(f"{api}/artifacts/filter", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as reply:
+        (artifact,) = json.loads(reply.read())
+    return artifact["id"]
 
 
 def chromium() -> str:
@@ -114,13 +124,17 @@ def main(argv: list[str] | None = None) -> int:
         exp_id = experiment.experiment_id
         screenshot(browser, f"{prefect_ui}/runs/flow-run/{flow_run}", out / "prefect_flow_run.png")
         for kind in ("summary", "rounds"):
-            key = artifact_key(kind, fixed.info.run_id)
-            screenshot(browser, f"{prefect_ui}/artifacts/key/{key}", out / f"prefect_{kind}.png")
-        screenshot(browser, f"{mlflow_ui}/#/experiments/{exp_id}/runs?viewStateShareKey={RUNS_VIEW}",
+            # the artifact's own page shows its content (the key's page only lists its versions)
+            artifact = latest_artifact_id(api, artifact_key(kind, fixed.info.run_id))
+            screenshot(browser, f"{prefect_ui}/artifacts/artifact/{artifact}", out / f"prefect_{kind}.png")
+        screenshot(browser, f"{mlflow_ui}/#/experiments/{exp_id}/runs?viewStateShareKey={RUNS_VIEW}"
+                   f"&{MODEL_TRAINING_UI}",
                    out / "mlflow_experiment.png")
-        screenshot(browser, f"{mlflow_ui}/#/experiments/{exp_id}/runs/{fixed.info.run_id}", out / "mlflow_run.png")
+        screenshot(browser, f"{mlflow_ui}/#/experiments/{exp_id}/runs/{fixed.info.run_id}?{MODEL_TRAINING_UI}",
+                   out / "mlflow_run.png")
         ids = json.dumps([r.info.run_id for r in runs])
-        query = urllib.parse.urlencode({"runs": ids, "experiments": json.dumps([exp_id])})
+        query = urllib.parse.urlencode({"runs": ids, "experiments": json.dumps([exp_id]),
+                                        "workflowType": "machine_learning"})
         screenshot(browser, f"{mlflow_ui}/#/compare-runs?{query}", out / "mlflow_compare.png")
     finally:
         for process in reversed(processes):

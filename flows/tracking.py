@@ -19,6 +19,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from models.errors import ConfigError
+from models.report import MODEL_TRAINING_UI
 
 REACH_TIMEOUT_S = 5.0
 EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
@@ -199,4 +200,4 @@ class RunTracker:
     def run_url_hint(self) -> str:
         return (f"mlflow ui --backend-store-uri {self.tracking_uri} --host 127.0.0.1 "
                 f"(experiment {self.experiment_id}, run {self.run_id}; the runs with their key "
-                f"columns: #/experiments/{self.experiment_id}/runs?viewStateShareKey={RUNS_VIEW})")
+                f"columns: #/experiments/{self.experiment_id}/runs?viewStateShareKey={RUNS_VIEW}&{MODEL_TRAINING_UI})")

@@ -84,6 +84,11 @@ def table_due(rounds_done: int, stopped: bool, every: int = TABLE_EVERY) -> bool
     return rounds_done > 0 and (stopped or rounds_done % every == 0)
 
 
+MODEL_TRAINING_UI = "workflowType=machine_learning"
+"""MLflow 3's UI opens in its GenAI mode (side bar of traces, judges, prompts) until told
+otherwise; this query switches it to "Model training" (its workflowType URL parameter)."""
+
+
 @dataclass(frozen=True)
 class MlflowLinks:
     """Where the run and its model are in MLflow, for the summary."""
@@ -106,13 +111,14 @@ class MlflowLinks:
 
     @property
     def run_url(self) -> str:
-        return f"{self._base}/#/experiments/{self.experiment_id}/runs/{self.run_id}"
+        return f"{self._base}/#/experiments/{self.experiment_id}/runs/{self.run_id}?{MODEL_TRAINING_UI}"
 
     @property
     def runs_url(self) -> str:
         """The experiment's runs with return, time to J and cost as columns (flows/tracking.py
         RUNS_VIEW, the shared view every experiment carries)."""
-        return f"{self._base}/#/experiments/{self.experiment_id}/runs?viewStateShareKey=minionsrl"
+        return (f"{self._base}/#/experiments/{self.experiment_id}/runs?viewStateShareKey=minionsrl"
+                f"&{MODEL_TRAINING_UI}")
 
     @property
     def _base(self) -> str:

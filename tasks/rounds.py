@@ -34,7 +34,7 @@ class ActorFailure:
     error: str
 
 
-@task(name="schedule", **_FAST)
+@task(name="schedule", task_run_name="schedule-r{state.round_index}", **_FAST)
 def schedule(scheduler: Scheduler, state: RoundState) -> int:
     """Choose the number of actors I_k for the coming round."""
     return scheduler.choose(state)

@@ -121,7 +121,8 @@ def test_train_on_the_stack_with_its_server_on_postgres(tmp_path):
         flow_runs = query(stack.database_url, "select f.name, r.name, r.state_type from flow_run r "
                                               "join flow f on f.id = r.flow_id")
         # Task runs reach the database through events, recorded by the server a moment later.
-        wanted = {"rollout-r0-a0", "rollout-r0-a1", "rollout-r1-a0", "rollout-r1-a1", "update-r0", "update-r1"}
+        wanted = {"rollout-r0-a0", "rollout-r0-a1", "rollout-r1-a0", "rollout-r1-a1", "update-r0", "update-r1",
+                  "schedule-r0", "schedule-r1"}
         deadline = time.monotonic() + 30
         while True:
             task_runs = {name for (name,) in query(stack.database_url, "select name from task_run")}

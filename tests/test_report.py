@@ -87,7 +87,8 @@ def test_summary_says_why_it_stopped_what_it_cost_and_where_to_look():
                  "| &nbsp; start-up | $0.000500 |"):
         assert part in text
     assert "mlflow ui --backend-store-uri sqlite:////tmp/m/mlflow.db" in text
-    assert "http://127.0.0.1:5000/#/experiments/4/runs/0123456789abcdef" in text
+    # opened in MLflow's model-training UI, not its GenAI one
+    assert "http://127.0.0.1:5000/#/experiments/4/runs/0123456789abcdef?workflowType=machine_learning" in text
     assert "mlflow.pyfunc.load_model('models:/m-1')" in text and "cartpole-policy version 2" in text
     nan_run = summary_markdown(summary(final_return=math.nan, stop_reason="budget_spent"),
                                MlflowLinks("http://mlflow:5000", "1", "r"), 475.0, 0.05)
