@@ -106,3 +106,25 @@ def test_hopper_two_rounds_with_evaluation(prefect_api_url, mlflow_uri, tmp_path
     for name in ("eval/forward_displacement_mean", "eval/forward_displacement_min",
                  "eval/forward_reward_sum_mean"):
         assert np.isfinite(logged[name]), name
+
+
+@pytest.mark.e2e
+def test_hopper_same_seed_gives_the_same_returns_on_every_run(prefect_api_url, mlflow_uri, tmp_path):
+    """Within one machine a seed fixes every per-round return of a MuJoCo run (actors seed their
+    envs and samplers from the run seed, the round and their index; one torch thread). Across
+    machines, float-level differences can make curves diverge (README, BENCHMARKS.md)."""
+    from mlflow.tracking import MlflowClient
+
+    from flows.train import train
+
+    client = MlflowClient(mlflow_uri)
+    histories = []
+    for attempt in range(2):
+        summary = train(env="Hopper-v5", scheduler="fixed:2", max_rounds=3, fragment=128, seed=11,
+                        tracking_uri=mlflow_uri, checkpoint_dir=str(tmp_path / str(attempt)), local_workers=2)
+        histories.append([(m.step, m.value) for m in sorted(
+            client.get_metric_history(summary.run_id, "rollout/ep_return_mean"), key=lambda m: m.step)])
+        histories.append([(m.step, m.value) for m in sorted(
+            client.get_metric_history(summary.run_id, "train/loss"), key=lambda m: m.step)])
+    assert len(histories[0]) == 3 and len(histories[1]) == 3
+    assert histories[0] == histories[2] and histories[1] == histories[3]
