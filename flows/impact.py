@@ -7,7 +7,9 @@ training, with PPO's metric names where they mean the same thing (rollout/ep_ret
 rollout/env_steps[_total], time/learner_s, time/total_wall_s, cost/...) and impact/... for the
 rest (policy lag, buffer reuse, importance weights). The run is billed as the fixed server
 cluster it needs (always-on actors, idle included; cost/total_usd is that bill, with the
-cluster's start-up) and, for reference, as serverless (cost/serverless_total_usd).
+cluster's start-up) and, for reference, as serverless (cost/serverless_total_usd). Prefect
+artifacts (flows/artifacts.py ImpactArtifacts, queued to a background thread): progress after
+every chunk, a chunk table every few chunks and at the end, and a final or failure summary.
 
 Backends: local (persistent processes) and dask (long-running Dask tasks); the work-pool backend
 is refused: its actors are one flow run per job, one-shot per round by design.
@@ -142,9 +144,9 @@ def impact(
         tags["prefect.flow_run_id"] = str(flow_run_context.id)
     run_name = f"{cfg.env_id}__impact__{cfg.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
     run_id = tracker.start(cfg.experiment, run_name, params=cfg.to_dict(), tags=tags)
+    artifacts = ImpactArtifacts(cfg, tracker, logger)  # Prefect: progress, chunk table, summary
     clock = ChunkClock(started_at=time.time())  # the cluster's wall time starts with its actors
     pool = None
-    artifacts = ImpactArtifacts(cfg, tracker, logger)  # Prefect: progress, chunk table, summary
     try:
         if cfg.backend == "dask":
             pool = DaskImpactActorPool(cfg.env_id, cfg.impact, len(learner.weights_vector()), cfg.seed,
