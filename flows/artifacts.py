@@ -1,9 +1,11 @@
 """A training run as people look at it: Prefect artifacts of the `train` flow run (progress, a
-table of the rounds, a final summary) and, in MLflow, plots and the policy as a pyfunc model.
+table of the rounds, a final summary) and, in MLflow, plots and the policy as a pyfunc model;
+the same artifacts for an IMPACT training (a table of its chunks) and a scheduler training.
 
 What they say is rendered in models/report.py; here are only the calls. Publishing never fails
-training: an error is a warning in the run's log. Prefect calls run on one background thread,
-in order, so that a round never waits for the API; `close` waits for them.
+training: an error is a warning in the run's log. Prefect calls run on one background thread
+(`ArtifactPublisher`), in order, so that a round or chunk never waits for the API; `close`
+waits for them.
 """
 
 from __future__ import annotations
@@ -16,12 +18,17 @@ from pathlib import Path
 from typing import Any
 
 from flows.tracking import RunTracker
+from models.impact import ImpactChunkRecord, ImpactRunConfig, ImpactSummary
 from models.report import (
     TABLE_EVERY,
     MlflowLinks,
+    Progress,
     artifact_key,
     episodes_progress,
     failure_markdown,
+    impact_chunk_rows,
+    impact_progress,
+    impact_summary_markdown,
     plot_rounds,
     round_rows,
     run_progress,
@@ -39,26 +46,105 @@ def mlflow_links(tracker: RunTracker, model=None) -> MlflowLinks:
                        registered=model.registered if model else None)
 
 
+class ArtifactPublisher:
+    """One run's Prefect artifacts, keyed `artifact_key(kind, run_id)`, published on one background
+    thread in the order asked: a progress artifact (created once, then updated), tables and
+    markdown (a new version under the key each time). A call that fails is a warning, once per
+    kind, never an error."""
+
+    def __init__(self, run_id: str | None, logger):
+        self.run_id, self.logger = run_id, logger
+        self._progress_id: Any = None
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="artifacts")
+        self._pending: list[Future] = []
+        self.timings: list[tuple[str, float]] = []
+        """(artifact kind, seconds) for every Prefect call made: what publishing costs."""
+        self._warned: set[str] = set()
+        self._closed = False
+
+    def key(self, kind: str) -> str:
+        return artifact_key(kind, self.run_id)
+
+    def progress(self, kind: str, progress: Progress) -> None:
+        self._submit(kind, self._progress, kind, progress)
+
+    def table(self, kind: str, rows: list[dict[str, Any]], description: str) -> None:
+        if rows:  # Prefect renders an empty table as nothing: wait for the first row
+            self._submit(kind, self._table, kind, rows, description)
+
+    def markdown(self, kind: str, text: str, description: str) -> None:
+        self._submit(kind, self._markdown, kind, text, description)
+
+    def warn(self, what: str, message: str) -> None:
+        if what not in self._warned:  # once per kind: a down API must not flood the log
+            self._warned.add(what)
+            self.logger.warning(message)
+
+    def close(self) -> None:
+        """Wait for the Prefect calls still queued; later ones are dropped."""
+        self._closed = True
+        for future in self._pending:
+            future.result()
+        self._pending.clear()
+        self._pool.shutdown(wait=True)
+
+    # -- on the background thread ------------------------------------------------------------
+    def _submit(self, what: str, call, *args) -> None:
+        """Queue `call`; it runs in the caller's context (contextvars copied), so the artifact
+        belongs to the flow run that asked for it."""
+        if self._closed:  # e.g. a failure after the summary was out: that summary stands
+            return
+        context = contextvars.copy_context()
+        self._pending = [f for f in self._pending if not f.done()]
+        self._pending.append(self._pool.submit(context.run, self._timed, what, call, *args))
+
+    def _timed(self, what: str, call, *args) -> None:
+        started = time.perf_counter()
+        try:
+            call(*args)
+        except Exception as exc:
+            self.warn(what, f"Prefect artifact {what!r} not published: {type(exc).__name__}: {exc}")
+        finally:
+            self.timings.append((what, time.perf_counter() - started))
+
+    def _progress(self, kind: str, p: Progress) -> None:
+        from prefect.artifacts import create_progress_artifact, update_progress_artifact
+
+        if self._progress_id is None:
+            self._progress_id = create_progress_artifact(p.percent, key=self.key(kind), description=p.description)
+        else:
+            update_progress_artifact(self._progress_id, p.percent, description=p.description)
+
+    def _table(self, kind: str, rows: list[dict[str, Any]], description: str) -> None:
+        from prefect.artifacts import create_table_artifact
+
+        create_table_artifact(rows, key=self.key(kind), description=description)
+
+    def _markdown(self, kind: str, text: str, description: str) -> None:
+        from prefect.artifacts import create_markdown_artifact
+
+        create_markdown_artifact(text, key=self.key(kind), description=description)
+
+
 class RunArtifacts:
     """One training run's Prefect artifacts, keyed by its MLflow run id, and its MLflow plots."""
 
     def __init__(self, session: TrainingSession, tracker: RunTracker, logger, table_every: int = TABLE_EVERY):
-        self.session, self.tracker, self.logger = session, tracker, logger
+        self.session, self.tracker = session, tracker
         self.table_every = table_every
-        self.keys = {kind: artifact_key(kind, session.run_id) for kind in ("progress", "rounds", "summary")}
-        self._progress_id: Any = None
+        self.publisher = ArtifactPublisher(session.run_id, logger)
+        self.keys = {kind: self.publisher.key(kind) for kind in ("progress", "rounds", "summary")}
         self._table_rounds = 0
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="artifacts")
-        self._pending: list[Future] = []
-        self.timings: list[tuple[str, float]] = []
-        """(artifact call, seconds) for every Prefect call made: what publishing costs."""
-        self._warned: set[str] = set()
-        self._publish("progress", self._progress)
+        self._publish_progress()
+
+    @property
+    def timings(self) -> list[tuple[str, float]]:
+        return self.publisher.timings
 
     # -- the flow's hooks --------------------------------------------------------------------
     def round_done(self, session: TrainingSession | None = None) -> None:
         """After each round: progress; the round table every `table_every` rounds."""
-        self._publish("progress", self._progress)
+        self._publish_progress()
         if table_due(self.session.round_index, self.session.stop_reason is not None, self.table_every):
             self._publish_table()
 
@@ -71,7 +157,7 @@ class RunArtifacts:
                                      self.session.spaces, register_as=register_as,
                                      step=max(self.session.round_index - 1, 0))
         except Exception as exc:  # the policy file is logged already; the run's result stands
-            self._warn("model", f"the policy was not logged as an MLflow model: {type(exc).__name__}: {exc}")
+            self.publisher.warn("model", f"the policy was not logged as an MLflow model: {type(exc).__name__}: {exc}")
             self.tracker.set_tags({"minionsrl.warning": f"policy model not logged: {exc}"[:5000]})
             return None
         self.tracker.set_tags({"minionsrl.model_uri": model.model_uri})
@@ -81,11 +167,11 @@ class RunArtifacts:
         """At the end: last table, progress at 100 %, the summary, then (plots) plots in MLflow."""
         links = mlflow_links(self.tracker, model)
         cfg = self.session.cfg
-        self._publish("progress", self._progress)
+        self._publish_progress()
         if self._table_rounds != self.session.round_index:
             self._publish_table()
-        self._publish("summary", self._markdown,
-                      summary_markdown(summary, links, cfg.target_return, cfg.budget_usd))
+        self.publisher.markdown("summary", summary_markdown(summary, links, cfg.target_return, cfg.budget_usd),
+                                f"{cfg.env_id}: summary")
         if plots:
             self.log_plots()
         self.close()
@@ -96,8 +182,9 @@ class RunArtifacts:
             if isinstance(error, Exception):  # not on Ctrl-C: stop now
                 message = f"{type(error).__name__}: {error}"
                 self._publish_table()
-                self._publish("summary", self._markdown, failure_markdown(
-                    self.session.cfg.env_id, self.session.round_index, message, mlflow_links(self.tracker)))
+                self.publisher.markdown("summary", failure_markdown(
+                    self.session.cfg.env_id, self.session.round_index, message, mlflow_links(self.tracker)),
+                    f"{self.session.cfg.env_id}: summary")
                 self.log_plots()
         finally:
             self.close()
@@ -111,108 +198,91 @@ class RunArtifacts:
                                         target_return=cfg.target_return):
                     self.tracker.log_artifact(path, "plots")
         except Exception as exc:
-            self._warn("plots", f"plots not logged to MLflow: {type(exc).__name__}: {exc}")
+            self.publisher.warn("plots", f"plots not logged to MLflow: {type(exc).__name__}: {exc}")
 
     def close(self) -> None:
         """Wait for the Prefect calls still queued."""
-        for future in self._pending:
-            future.result()
-        self._pending.clear()
-        self._pool.shutdown(wait=True)
+        self.publisher.close()
 
-    # -- Prefect calls (on the background thread) --------------------------------------------
-    def _publish_table(self) -> None:
-        self._table_rounds = self.session.round_index
-        self._publish("rounds", self._table)
-
-    def _publish(self, what: str, call, *args) -> None:
-        """Queue `call` with what it needs from the session now; it runs in the flow run's
-        context (contextvars copied), so the artifact belongs to this flow run."""
-        snapshot = self._snapshot()
-        context = contextvars.copy_context()
-        self._pending = [f for f in self._pending if not f.done()]
-        self._pending.append(self._pool.submit(context.run, self._timed, what, call, snapshot, *args))
-
-    def _snapshot(self) -> dict[str, Any]:
+    # -- what the session shows now (rendered here, published on the background thread) ------
+    def _publish_progress(self) -> None:
         s, cfg = self.session, self.session.cfg
         last = s.last
-        return {"progress": run_progress(s.round_index, cfg.max_rounds, cfg.target_return,
-                                         last.mean_return if last else float("nan"), s.stop_reason,
-                                         s.progress.spent_usd, cfg.budget_usd),
-                "rows": round_rows(s.progress.history, cfg.budget_usd), "rounds": s.round_index}
+        self.publisher.progress("progress", run_progress(
+            s.round_index, cfg.max_rounds, cfg.target_return, last.mean_return if last else float("nan"),
+            s.stop_reason, s.progress.spent_usd, cfg.budget_usd))
 
-    def _timed(self, what: str, call, snapshot, *args) -> None:
-        started = time.perf_counter()
+    def _publish_table(self) -> None:
+        self._table_rounds = self.session.round_index
+        self.publisher.table("rounds", round_rows(self.session.progress.history, self.session.cfg.budget_usd),
+                             f"{self.session.cfg.env_id}: rounds 0..{self._table_rounds - 1}")
+
+
+class ImpactArtifacts:
+    """One IMPACT training's Prefect artifacts: progress after every chunk, the chunk table every
+    `table_every` chunks and at the end, and a final (or failure) summary. The flow only queues
+    them: the Prefect calls run on the publisher's thread, off the chunks' critical path."""
+
+    def __init__(self, cfg: ImpactRunConfig, tracker: RunTracker, logger, table_every: int = TABLE_EVERY):
+        self.cfg, self.tracker, self.table_every = cfg, tracker, table_every
+        self.publisher = ArtifactPublisher(tracker.run_id, logger)
+        self.keys = {kind: self.publisher.key(kind) for kind in ("progress", "chunks", "summary")}
+        self.records: list[ImpactChunkRecord] = []
+        self._table_chunks = 0
+        self.publisher.progress("progress", impact_progress(None, cfg))
+
+    def chunk_done(self, record: ImpactChunkRecord, stop_reason: str | None) -> None:
+        """After each chunk: progress; the chunk table every `table_every` chunks and once stopped."""
+        self.records.append(record)
+        self.publisher.progress("progress", impact_progress(record, self.cfg, stop_reason))
+        if table_due(len(self.records), stop_reason is not None, self.table_every):
+            self._publish_table()
+
+    def finished(self, summary: ImpactSummary) -> None:
+        """At the end: the last table (if not out yet) and the summary; waits for the calls."""
+        if self._table_chunks != len(self.records):
+            self._publish_table()
+        self.publisher.markdown("summary", impact_summary_markdown(
+            summary, mlflow_links(self.tracker), self.cfg.target_return), f"{self.cfg.env_id}: IMPACT summary")
+        self.publisher.close()
+
+    def failed(self, error: BaseException) -> None:
+        """A failed training: its table so far and a summary naming the error."""
         try:
-            call(snapshot, *args)
-        except Exception as exc:
-            self._warn(what, f"Prefect artifact {what!r} not published: {type(exc).__name__}: {exc}")
+            if isinstance(error, Exception):  # not on Ctrl-C: stop now
+                self._publish_table()
+                self.publisher.markdown("summary", failure_markdown(
+                    self.cfg.env_id, len(self.records), f"{type(error).__name__}: {error}",
+                    mlflow_links(self.tracker), unit="chunks"), f"{self.cfg.env_id}: IMPACT summary")
         finally:
-            self.timings.append((what, time.perf_counter() - started))
+            self.publisher.close()
 
-    def _progress(self, snapshot) -> None:
-        from prefect.artifacts import create_progress_artifact, update_progress_artifact
-
-        p = snapshot["progress"]
-        if self._progress_id is None:
-            self._progress_id = create_progress_artifact(p.percent, key=self.keys["progress"],
-                                                         description=p.description)
-        else:
-            update_progress_artifact(self._progress_id, p.percent, description=p.description)
-
-    def _table(self, snapshot) -> None:
-        from prefect.artifacts import create_table_artifact
-
-        if not snapshot["rows"]:
-            return
-        create_table_artifact(snapshot["rows"], key=self.keys["rounds"],
-                              description=f"{self.session.cfg.env_id}: rounds 0..{snapshot['rounds'] - 1}")
-
-    def _markdown(self, snapshot, text: str) -> None:
-        from prefect.artifacts import create_markdown_artifact
-
-        create_markdown_artifact(text, key=self.keys["summary"], description=f"{self.session.cfg.env_id}: summary")
-
-    def _warn(self, what: str, message: str) -> None:
-        if what not in self._warned:  # once per kind: a down API must not flood the log
-            self._warned.add(what)
-            self.logger.warning(message)
+    def _publish_table(self) -> None:
+        self._table_chunks = len(self.records)
+        self.publisher.table("chunks", impact_chunk_rows(self.records),
+                             f"{self.cfg.env_id}: IMPACT chunks 0..{self._table_chunks - 1}")
 
 
 class EpisodeArtifacts:
     """A scheduler training run's Prefect artifacts: progress over its N episodes and a final
-    summary. Called once per batch of episodes (each a whole training run), so synchronously."""
+    summary (published on the background thread as a training run's are)."""
 
     def __init__(self, run_id: str, total: int, done: int, logger):
-        self.total, self.logger = total, logger
-        self.keys = {kind: artifact_key(kind, run_id) for kind in ("scheduler-progress", "scheduler-summary")}
-        self._progress_id: Any = None
-        self._failed = False
+        self.total = total
+        self.publisher = ArtifactPublisher(run_id, logger)
+        self.keys = {kind: self.publisher.key(kind) for kind in ("scheduler-progress", "scheduler-summary")}
         self.episodes_done(done)
 
     def episodes_done(self, done: int, last_reward: float | None = None) -> None:
-        from prefect.artifacts import create_progress_artifact, update_progress_artifact
-
-        p = episodes_progress(done, self.total, last_reward)
-        if self._progress_id is None:
-            self._progress_id = self._safely(create_progress_artifact, p.percent,
-                                             key=self.keys["scheduler-progress"], description=p.description)
-        else:
-            self._safely(update_progress_artifact, self._progress_id, p.percent, description=p.description)
+        self.publisher.progress("scheduler-progress", episodes_progress(done, self.total, last_reward))
 
     def finished(self, env_id: str, episodes: list[dict[str, Any]], updates: int, scheduler_uri: str,
                  tracker: RunTracker) -> None:
-        from prefect.artifacts import create_markdown_artifact
-
+        """The summary; waits for the calls still queued."""
         text = scheduler_summary_markdown(env_id, episodes, updates, scheduler_uri, mlflow_links(tracker))
-        self._safely(create_markdown_artifact, text, key=self.keys["scheduler-summary"],
-                     description=f"{env_id}: scheduler training")
+        self.publisher.markdown("scheduler-summary", text, f"{env_id}: scheduler training")
+        self.close()
 
-    def _safely(self, call, *args, **kwargs):
-        try:
-            return call(*args, **kwargs)
-        except Exception as exc:  # never fail the training for an artifact
-            if not self._failed:
-                self._failed = True
-                self.logger.warning("Prefect artifact not published: %s: %s", type(exc).__name__, exc)
-            return None
+    def close(self) -> None:
+        """Wait for the calls still queued (again after `finished`: nothing left to wait for)."""
+        self.publisher.close()

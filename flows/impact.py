@@ -7,7 +7,9 @@ training, with PPO's metric names where they mean the same thing (rollout/ep_ret
 rollout/env_steps[_total], time/learner_s, time/total_wall_s, cost/...) and impact/... for the
 rest (policy lag, buffer reuse, importance weights). The run is billed as the fixed server
 cluster it needs (always-on actors, idle included; cost/total_usd is that bill, with the
-cluster's start-up) and, for reference, as serverless (cost/serverless_total_usd).
+cluster's start-up) and, for reference, as serverless (cost/serverless_total_usd). Prefect
+artifacts (flows/artifacts.py ImpactArtifacts, queued to a background thread): progress after
+every chunk, a chunk table every few chunks and at the end, and a final or failure summary.
 
 Backends: local (persistent processes) and dask (long-running Dask tasks); the work-pool backend
 is refused: its actors are one flow run per job, one-shot per round by design.
@@ -34,47 +36,23 @@ from prefect.cache_policies import NO_CACHE  # noqa: E402
 from prefect.runtime import flow_run as flow_run_context  # noqa: E402
 
 from deployments.local_api import prefect_api  # noqa: E402
+from flows.artifacts import ImpactArtifacts  # noqa: E402
 from flows.cli import flow_arguments, given_arguments, quiet_console  # noqa: E402
 from flows.tracking import RunTracker, default_tracking_uri  # noqa: E402
 from models.envs import env_spaces  # noqa: E402
 from models.errors import ConfigError  # noqa: E402
 from models.impact import (  # noqa: E402
     STOP_CHUNKS,
+    ImpactChunkRecord,
     ImpactLearner,
     ImpactProgress,
     ImpactRunConfig,
+    ImpactSummary,
     bill_impact,
     resolve_impact_config,
 )
 from tasks.impact_actors import ChunkClock, DaskImpactActorPool, ImpactActorPool  # noqa: E402
 from tasks.impact_actors import learn_chunk as learn_chunk_body  # noqa: E402
-
-
-@dataclass(frozen=True)
-class ImpactSummary:
-    """What one IMPACT training did, for callers and the CLI."""
-
-    run_id: str
-    env_id: str
-    seed: int
-    stop_reason: str
-    env_steps: int
-    learner_steps: int
-    chunks: int
-    final_return: float
-    wall_s: float
-    server_cluster_cost_usd: float
-    server_cluster_cost_no_startup_usd: float
-    serverless_cost_usd: float
-    orchestration_frac: float
-    """(Prefect task overhead + MLflow logging) / wall time, on the machine it ran on."""
-    actor_replacements: int
-    learner_device: str
-    tracking_uri: str
-
-    @property
-    def target_reached(self) -> bool:
-        return self.stop_reason == "target_reached"
 
 
 @dataclass
@@ -166,6 +144,7 @@ def impact(
         tags["prefect.flow_run_id"] = str(flow_run_context.id)
     run_name = f"{cfg.env_id}__impact__{cfg.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
     run_id = tracker.start(cfg.experiment, run_name, params=cfg.to_dict(), tags=tags)
+    artifacts = ImpactArtifacts(cfg, tracker, logger)  # Prefect: progress, chunk table, summary
     clock = ChunkClock(started_at=time.time())  # the cluster's wall time starts with its actors
     pool = None
     try:
@@ -213,6 +192,11 @@ def impact(
             chunk += 1
             if cfg.max_chunks and chunk >= cfg.max_chunks and progress.stop_reason is None:
                 progress.stop_reason = STOP_CHUNKS
+            # queued only (Prefect calls on the publisher's thread), so it stays out of orchestration_s
+            artifacts.chunk_done(ImpactChunkRecord(
+                chunk=chunk - 1, learner_steps=learner.version, env_steps=progress.env_steps,
+                mean_return=progress.mean_return, policy_lag_mean=metrics.get("impact/policy_lag_mean", math.nan),
+                wall_s=wall_s, server_cluster_usd=bill.server_cluster_usd), progress.stop_reason)
         wall_s = time.time() - clock.started_at
         bill = bill_impact(wall_s, cfg.impact.actors, clock.actor_busy_s, clock.learner_s, device, cfg.prices)
         summary = ImpactSummary(
@@ -234,12 +218,14 @@ def impact(
                              "summary/serverless_cost_usd": summary.serverless_cost_usd,
                              "summary/orchestration_frac": summary.orchestration_frac},
                             step=max(chunk - 1, 0))
+        artifacts.finished(summary)
         status = "FINISHED"
         logger.info("stopped: %s after %d chunks, %d env steps, %.1fs; MLflow run %s", summary.stop_reason,
                     chunk, summary.env_steps, wall_s, run_id)
         return summary
     except BaseException as exc:
         failure = exc
+        artifacts.failed(exc)
         raise
     finally:
         if pool is not None:

@@ -297,6 +297,7 @@ def train_scheduler(
                 "episodes_done": done, "updates": sched_agent.updates, "episodes": results,
                 "wall_s": entry["wall_s"]}
     finally:
+        artifacts.close()
         tracker.finish(status)
 
 

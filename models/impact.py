@@ -489,6 +489,51 @@ class ImpactProgress:
 
 
 @dataclass(frozen=True)
+class ImpactChunkRecord:
+    """One learner chunk's figures, as the progress and the chunk table show them."""
+
+    chunk: int
+    learner_steps: int
+    """Learner steps done so far (the learner's version)."""
+    env_steps: int
+    """Env steps the actors delivered so far."""
+    mean_return: float
+    """Mean of the last return_window completed episodes (NaN before any)."""
+    policy_lag_mean: float
+    wall_s: float
+    """The training's wall time so far, actors' start-up included."""
+    server_cluster_usd: float
+    """The server cluster's bill so far, with its start-up."""
+
+
+@dataclass(frozen=True)
+class ImpactSummary:
+    """What one IMPACT training did, for callers, the CLI and its summary artifact."""
+
+    run_id: str
+    env_id: str
+    seed: int
+    stop_reason: str
+    env_steps: int
+    learner_steps: int
+    chunks: int
+    final_return: float
+    wall_s: float
+    server_cluster_cost_usd: float
+    server_cluster_cost_no_startup_usd: float
+    serverless_cost_usd: float
+    orchestration_frac: float
+    """(Prefect task overhead + MLflow logging) / wall time, on the machine it ran on."""
+    actor_replacements: int
+    learner_device: str
+    tracking_uri: str
+
+    @property
+    def target_reached(self) -> bool:
+        return self.stop_reason == STOP_TARGET
+
+
+@dataclass(frozen=True)
 class ImpactBill:
     """IMPACT billed as the fixed server cluster it runs on, and for reference as serverless."""
 

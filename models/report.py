@@ -1,5 +1,6 @@
 """What a training run shows a person: its progress, a table of its rounds, a final summary and
-plots, rendered from RoundRecord / RunSummary (models/session.py) as plain data and text.
+plots, rendered from RoundRecord / RunSummary (models/session.py) as plain data and text; the
+same for an IMPACT training (its chunks, models/impact.py) and for an experiment (its runs).
 
 No Prefect or MLflow here: flows/artifacts.py publishes these as Prefect artifacts and MLflow
 files; tests check the rendering directly.
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from models.impact import ImpactChunkRecord, ImpactRunConfig, ImpactSummary
 from models.session import STOP_BUDGET, STOP_MAX_ROUNDS, STOP_TARGET, RoundRecord, RunSummary
 
 TABLE_EVERY = 5
@@ -133,6 +135,19 @@ def _num(x: float, fmt: str = ".1f") -> str:
     return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, fmt)
 
 
+def open_hint(links: MlflowLinks) -> str:
+    """How to open the run: the command that serves the store, then its URL (or the URL alone)."""
+    return f"`{links.ui_command}`, then {links.run_url}" if links.ui_command else links.run_url
+
+
+def mlflow_lines(links: MlflowLinks) -> list[str]:
+    """A summary's MLflow section: the run, how to open it and the workload's runs view."""
+    return ["## MLflow", "",
+            f"Run `{links.run_id}` (experiment {links.experiment_id}) in `{links.tracking_uri}`.", "",
+            f"Open it: {open_hint(links)}", "",
+            f"All runs of the workload, with return, time to J and cost as columns: {links.runs_url}", ""]
+
+
 def summary_markdown(summary: RunSummary, links: MlflowLinks, target_return: float, budget_usd: float) -> str:
     """The final summary of a run as markdown: why it stopped, its figures, and where to look."""
     s = summary
@@ -157,16 +172,7 @@ def summary_markdown(summary: RunSummary, links: MlflowLinks, target_return: flo
         f"| server cluster, same time | {_money(s.server_cluster_cost_usd)} with its start-up, "
         f"{_money(s.server_cluster_cost_no_startup_usd)} without |",
         "",
-        "## MLflow",
-        "",
-        f"Run `{links.run_id}` (experiment {links.experiment_id}) in `{links.tracking_uri}`.",
-        "",
-    ]
-    if links.ui_command:
-        lines += [f"Open it: `{links.ui_command}`, then {links.run_url}", ""]
-    else:
-        lines += [f"Open it: {links.run_url}", ""]
-    lines += [f"All runs of the workload, with return, time to J and cost as columns: {links.runs_url}", ""]
+    ] + mlflow_lines(links)
     if links.model_uri:
         lines += [f"Policy model: `{links.model_uri}`"
                   + (f", registered as {links.registered}" if links.registered else ""), "",
@@ -179,11 +185,10 @@ def summary_markdown(summary: RunSummary, links: MlflowLinks, target_return: flo
     return "\n".join(lines)
 
 
-def failure_markdown(env_id: str, rounds_done: int, error: str, links: MlflowLinks) -> str:
-    """The summary of a run that failed: how far it got and why."""
-    where = f"`{links.ui_command}`, then {links.run_url}" if links.ui_command else links.run_url
-    return "\n".join([f"# {env_id}: failed after {rounds_done} rounds", "", "```", error[:2000], "```", "",
-                      f"MLflow run `{links.run_id}` (tag `minionsrl.failure`): {where}", ""])
+def failure_markdown(env_id: str, rounds_done: int, error: str, links: MlflowLinks, unit: str = "rounds") -> str:
+    """The summary of a run that failed: how far it got (in `unit`: rounds, IMPACT's chunks) and why."""
+    return "\n".join([f"# {env_id}: failed after {rounds_done} {unit}", "", "```", error[:2000], "```", "",
+                      f"MLflow run `{links.run_id}` (tag `minionsrl.failure`): {open_hint(links)}", ""])
 
 
 PLOTS = (("return", "mean episode return R_k"), ("actors", "actors I_k"), ("cost", "cost per round ($)"))
@@ -252,7 +257,107 @@ def scheduler_summary_markdown(env_id: str, episodes: Sequence[dict[str, float]]
         lines.append(f"| {int(e['episode'])} | {_num(e['episode/reward'], '.3g')} | {int(e['episode/rounds'])} "
                      f"| {'yes' if e['episode/target_reached'] else 'no'} | {_num(e['episode/time_to_stop_s'], '.2f')} "
                      f"| {e['episode/cost_usd']:.6f} | {_num(e['episode/actors_mean'])} |")
-    where = f"`{links.ui_command}`, then {links.run_url}" if links.ui_command else links.run_url
     lines += ["", f"Trained scheduler: `{scheduler_uri}` (use it: `--scheduler learned:{scheduler_uri}`)", "",
-              f"MLflow run `{links.run_id}`: {where}", ""]
+              f"MLflow run `{links.run_id}`: {open_hint(links)}", ""]
     return "\n".join(lines)
+
+
+# -- IMPACT (flows/impact.py): the learner runs in chunks of learner steps ----------------------
+
+def impact_progress(last: ImpactChunkRecord | None, cfg: ImpactRunConfig, stop_reason: str | None = None) -> Progress:
+    """Progress toward whichever stop rule is nearest: env steps of max_env_steps, wall of
+    max_wall_s, chunks of max_chunks when set (J has no fraction to show); 100 % once stopped."""
+    if last is None:
+        return Progress(0.0, f"actors starting (J={cfg.target_return:g}, up to {cfg.max_env_steps} env steps "
+                             f"or {cfg.max_wall_s:g} s)")
+    chunks = last.chunk + 1
+    nearest = max(last.env_steps / cfg.max_env_steps, last.wall_s / cfg.max_wall_s,
+                  chunks / cfg.max_chunks if cfg.max_chunks else 0.0)
+    percent = 100.0 if stop_reason else min(100.0, 100.0 * nearest)
+    ret = "no episode ended" if math.isnan(last.mean_return) else f"return {last.mean_return:.1f}"
+    figures = (f"{last.learner_steps} learner steps, {ret} vs J={cfg.target_return:g}, "
+               f"{last.env_steps} of {cfg.max_env_steps} env steps, {last.wall_s:.1f} of {cfg.max_wall_s:g} s wall")
+    head = f"stopped ({stop_reason}) after {chunks} chunks" if stop_reason else f"chunk {last.chunk}"
+    return Progress(percent, f"{head}: {figures}")
+
+
+IMPACT_CHUNK_COLUMNS = ("chunk", "learner steps", "env steps", "return", "policy lag", "wall (s)",
+                        "server cluster ($)")
+
+
+def impact_chunk_rows(records: Sequence[ImpactChunkRecord]) -> list[dict[str, float | int | None]]:
+    """One row per chunk (IMPACT_CHUNK_COLUMNS), figures so far; NaN becomes None (JSON has no NaN)."""
+    return [dict(zip(IMPACT_CHUNK_COLUMNS, (
+        r.chunk, r.learner_steps, r.env_steps, _finite(r.mean_return, 2), _finite(r.policy_lag_mean, 2),
+        round(r.wall_s, 3), round(r.server_cluster_usd, 7)), strict=True)) for r in records]
+
+
+def _finite(x: float, digits: int) -> float | None:
+    return round(x, digits) if math.isfinite(x) else None
+
+
+def impact_summary_markdown(s: ImpactSummary, links: MlflowLinks, target_return: float) -> str:
+    """The final summary of an IMPACT training: why it stopped, its figures, its bill as the
+    server cluster it runs on (serverless for reference), and where to look."""
+    lines = [
+        f"# {s.env_id} · IMPACT · seed {s.seed}",
+        "",
+        f"**Stopped: {s.stop_reason}**",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| chunks | {s.chunks} |",
+        f"| learner steps | {s.learner_steps} |",
+        f"| env steps | {s.env_steps} |",
+        f"| target J reached | {'yes' if s.target_reached else 'no'} (J = {target_return:g}) |",
+        f"| final return | {_num(s.final_return)} |",
+        f"| wall time | {_num(s.wall_s, '.2f')} s |",
+        f"| cost: server cluster, billed | {_money(s.server_cluster_cost_usd)} with its start-up, "
+        f"{_money(s.server_cluster_cost_no_startup_usd)} without |",
+        f"| serverless, for reference | {_money(s.serverless_cost_usd)} |",
+        f"| orchestration | {100 * s.orchestration_frac:.1f} % of wall |",
+        f"| learner device, actors replaced | {s.learner_device}, {s.actor_replacements} |",
+        "",
+    ]
+    return "\n".join(lines + mlflow_lines(links))
+
+
+# -- experiments (flows/experiments/): each run is one whole `train` run -------------------------
+
+RUN_TABLE_EVERY = 2
+"""Finished runs between two versions of an experiment's run table: a run is a whole training."""
+
+
+@dataclass(frozen=True)
+class ExperimentRun:
+    """One finished run of an experiment: its label there (a scheduler, 'finetuned', ...)."""
+
+    label: str
+    summary: RunSummary
+
+
+EXPERIMENT_RUN_COLUMNS = ("run", "scheduler", "seed", "target reached", "rounds", "time (s)", "cost ($)")
+
+
+def experiment_run_rows(runs: Sequence[ExperimentRun]) -> list[dict[str, str | float | int | None]]:
+    """One row per finished run (EXPERIMENT_RUN_COLUMNS); time is the sum of P_k."""
+    return [dict(zip(EXPERIMENT_RUN_COLUMNS, (
+        i, r.label, r.summary.seed, "yes" if r.summary.target_reached else "no", r.summary.rounds,
+        _finite(r.summary.time_to_stop_s, 3), round(r.summary.cost_usd, 7)), strict=True))
+        for i, r in enumerate(runs)]
+
+
+def experiment_run_result(run: ExperimentRun) -> str:
+    """One run's result in a phrase, for the experiment's progress."""
+    s = run.summary
+    stop = f"J reached in {s.rounds} rounds" if s.target_reached else f"{s.stop_reason} after {s.rounds} rounds"
+    return (f"{run.label} seed {s.seed}: {stop} (return {_num(s.final_return)}, "
+            f"{_num(s.time_to_stop_s, '.2f')} s, ${s.cost_usd:.6f})")
+
+
+def experiment_progress(done: int, planned: int, last_result: str | None = None,
+                        finished: bool = False) -> Progress:
+    """Runs done of N planned, with the last run's result; 100 % once the experiment finished."""
+    percent = 100.0 if finished else min(100.0, 100.0 * done / max(planned, 1))
+    count = f"{done} of {planned} runs done" if done <= planned else f"{done} runs done ({planned} planned)"
+    return Progress(percent, count + (f"; last: {last_result}" if last_result else ""))

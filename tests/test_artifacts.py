@@ -128,3 +128,38 @@ def test_scheduler_training_artifacts(prefect_api_url, caplog):
     assert float(by_key[keys["scheduler-progress"]].data) == 50.0
     assert by_key[keys["scheduler-progress"]].description == "2 of 4 scheduler episodes done, last reward -1.5"
     assert "| 0 | -1.5 | 7 | yes |" in by_key[keys["scheduler-summary"]].data
+
+
+@pytest.mark.e2e
+def test_a_failed_impact_training_publishes_its_chunks_and_the_error(prefect_api_url, caplog):
+    import json
+
+    from prefect import flow, get_client
+    from prefect.client.schemas.filters import ArtifactCollectionFilter, ArtifactCollectionFilterKey
+
+    from flows.artifacts import ImpactArtifacts
+    from models.impact import ImpactChunkRecord, ImpactRunConfig
+
+    cfg = ImpactRunConfig(env_id="CartPole-v1", target_return=475.0, max_env_steps=10_000, max_wall_s=60.0)
+
+    @flow(name="ux-impact-artifacts")
+    def training():
+        artifacts = ImpactArtifacts(cfg, FakeTracker(), logging.getLogger("test-artifacts"), table_every=5)
+        for i in range(2):
+            artifacts.chunk_done(ImpactChunkRecord(i, 5 * (i + 1), 1000 * (i + 1), 20.0, 0.5, 2.0 * (i + 1),
+                                                   0.01 * (i + 1)), None)
+        artifacts.failed(RuntimeError("actor 0 died"))
+        return artifacts.keys
+
+    with caplog.at_level(logging.WARNING, logger="test-artifacts"):
+        keys = training()
+    assert not caplog.records
+    with get_client(sync_client=True) as prefect:
+        latest = {a.key: a for a in prefect.read_latest_artifacts(artifact_filter=ArtifactCollectionFilter(
+            key=ArtifactCollectionFilterKey(any_=list(keys.values()))))}
+    progress = latest[keys["progress"]]
+    assert float(progress.data) == pytest.approx(20.0)  # 2000 of 10000 env steps: the nearest rule
+    assert progress.description.startswith("chunk 1: 10 learner steps, return 20.0 vs J=475")
+    assert [r["chunk"] for r in json.loads(latest[keys["chunks"]].data)] == [0, 1]  # published at the failure
+    assert "failed after 2 chunks" in latest[keys["summary"]].data
+    assert "RuntimeError: actor 0 died" in latest[keys["summary"]].data

@@ -8,6 +8,7 @@ each of the fine-tuned, scratch and zero-shot schedulers.
 from __future__ import annotations
 
 import contextlib
+import json
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -69,11 +70,28 @@ def test_transfer_end_to_end_on_a_workload_the_source_never_saw(prefect_api_url,
         for e in result[label]["episodes"]:
             assert client.get_run(e["run_id"]).data.params["target_return"] == "-100.0"
 
+    # its progress counts the scheduler-training episodes (one run each) and the three evaluations
+    from prefect import get_client
+    from prefect.client.schemas.filters import ArtifactCollectionFilter, ArtifactCollectionFilterKey
+
+    from models.report import artifact_key
+
+    key = artifact_key("experiment-progress", result["run_id"])
+    with get_client(sync_client=True) as prefect:
+        progress, = prefect.read_latest_artifacts(
+            artifact_filter=ArtifactCollectionFilter(key=ArtifactCollectionFilterKey(any_=[key])))
+    assert float(progress.data) == 100.0
+    assert progress.description.startswith("5 of 5 runs done; last: zero-shot seed 1000")
+
 
 def test_compare_sweeps_fixed_counts_and_judges_the_learned_scheduler_against_the_best(
         prefect_api_url, mlflow_uri, tmp_path):
+    from prefect import get_client
+    from prefect.client.schemas.filters import ArtifactCollectionFilter, ArtifactCollectionFilterKey
+
     from flows.experiments import compare_schedulers
     from models.learned_scheduler import save_scheduler
+    from models.report import artifact_key
     from models.scheduler_agent import SchedulerAgent
 
     learned = save_scheduler(tmp_path / "s.pt", SchedulerAgent(2, seed=3), meta={})
@@ -91,6 +109,22 @@ def test_compare_sweeps_fixed_counts_and_judges_the_learned_scheduler_against_th
     assert m["learned_vs_best_fixed/cost_ratio"] == pytest.approx(
         rows["learned"]["cost_usd_mean"] / cheapest["cost_usd_mean"])
     assert f"time <= best fixed ({cheapest['scheduler']})" in result["checks"]
+
+    # while it ran: the experiment's progress (3 runs planned: learned, fixed:1, fixed:2) and run table
+    keys = [artifact_key(kind, result["run_id"]) for kind in ("experiment-progress", "experiment-runs")]
+    with get_client(sync_client=True) as prefect:
+        latest = {a.key: a for a in prefect.read_latest_artifacts(
+            artifact_filter=ArtifactCollectionFilter(key=ArtifactCollectionFilterKey(any_=keys)))}
+        progress, table = latest[keys[0]], latest[keys[1]]
+        owner = prefect.read_flow(prefect.read_flow_run(progress.flow_run_id).flow_id)
+    assert owner.name == "compare-schedulers" and table.flow_run_id == progress.flow_run_id
+    assert float(progress.data) == 100.0
+    assert progress.description.startswith("3 of 3 runs done; last: fixed:2 seed 0: J reached in 1 rounds")
+    runs = json.loads(table.data)  # versions after 2 runs and at the end
+    assert [(r["scheduler"], r["seed"], r["target reached"]) for r in runs] == [
+        ("learned", 0, "yes"), ("fixed:1", 0, "yes"), ("fixed:2", 0, "yes")]
+    assert [r["cost ($)"] for r in runs[1:]] == pytest.approx(
+        [rows["fixed:1"]["cost_usd_mean"], rows["fixed:2"]["cost_usd_mean"]], abs=1e-7)  # rounded to 7 places
 
 
 def test_experiments_refuse_unknown_workload_before_any_run(prefect_api_url, mlflow_uri):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -13,6 +14,7 @@ from mlflow.tracking import MlflowClient
 from models.config import ConfigError
 from models.envs import env_spaces
 from models.impact import ImpactConfig, ImpactLearner, ImpactProgress
+from models.report import artifact_key
 from tasks.impact_actors import ChunkClock, ImpactActorPool, learn_chunk
 
 pytestmark = pytest.mark.e2e
@@ -50,7 +52,7 @@ def test_a_killed_actor_is_replaced_and_the_run_goes_on():
 
 def test_impact_flow_two_chunks_through_prefect_and_mlflow(prefect_api_url, mlflow_uri):
     from prefect import get_client
-    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey, FlowFilter, FlowFilterName
 
     from flows.impact import impact
 
@@ -86,12 +88,25 @@ def test_impact_flow_two_chunks_through_prefect_and_mlflow(prefect_api_url, mlfl
     assert all(0 <= v < 1 for v in history("time/orchestration_frac").values())
     assert math.isclose(run.data.metrics["summary/env_steps"], summary.env_steps)
 
+    keys = {kind: artifact_key(kind, summary.run_id) for kind in ("progress", "chunks", "summary")}
     with get_client(sync_client=True) as prefect:
         flows = prefect.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["impact"])))
         ours = [f for f in flows if f.name == "CartPole-v1-impact-seed4"]
         assert ours and ours[0].state.is_completed()
         tasks = [t for t in prefect.read_task_runs() if t.flow_run_id == ours[0].id]
         assert sorted(t.name for t in tasks if t.state.is_completed()) == ["learn-chunk-0", "learn-chunk-1"]
+        found = {a.key: a for a in prefect.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=list(keys.values()))))}
+    progress, chunks, text = found[keys["progress"]], found[keys["chunks"]], found[keys["summary"]]
+    assert {progress.flow_run_id, chunks.flow_run_id, text.flow_run_id} == {ours[0].id}
+    assert progress.type == "progress" and float(progress.data) == 100.0
+    assert progress.description.startswith("stopped (max_chunks) after 2 chunks: 10 learner steps")
+    rows = json.loads(chunks.data)  # 2 chunks < TABLE_EVERY: the table published at the end
+    assert chunks.type == "table" and [(r["chunk"], r["learner steps"]) for r in rows] == [(0, 5), (1, 10)]
+    assert rows[-1]["env steps"] == summary.env_steps and 0 < rows[0]["server cluster ($)"] < rows[1]["server cluster ($)"]
+    assert text.type == "markdown" and "**Stopped: max_chunks**" in text.data
+    assert summary.run_id in text.data and "| learner steps | 10 |" in text.data
+    assert f"${summary.server_cluster_cost_no_startup_usd:.6f} without" in text.data
 
 
 def test_bad_input_fails_before_any_actor_or_run(prefect_api_url, mlflow_uri):

@@ -9,6 +9,7 @@ import pytest
 from models.report import (
     ROUND_COLUMNS,
     MlflowLinks,
+    Progress,
     artifact_key,
     failure_markdown,
     plot_rounds,
@@ -121,3 +122,82 @@ def test_scheduler_training_progress_and_summary():
                                       MlflowLinks("sqlite:////s/mlflow.db", "2", "r"))
     assert "| 0 | -1.5 | 7 | yes | 3.25 | 0.001200 | 6.5 |" in text
     assert "--scheduler learned:runs:/r/scheduler/scheduler.pt" in text
+
+
+def impact_cfg(**changes):
+    from models.impact import ImpactRunConfig
+
+    return ImpactRunConfig(**{"env_id": "CartPole-v1", "target_return": 475.0, "max_env_steps": 100_000,
+                              "max_wall_s": 600.0, **changes})
+
+
+def chunk(i: int, env_steps: int, wall_s: float, ret: float = 21.5):
+    from models.impact import ImpactChunkRecord
+
+    return ImpactChunkRecord(chunk=i, learner_steps=50 * (i + 1), env_steps=env_steps, mean_return=ret,
+                             policy_lag_mean=1.25, wall_s=wall_s, server_cluster_usd=0.001 * (i + 1))
+
+
+def test_impact_progress_follows_the_nearest_stop_rule():
+    from models.report import impact_progress
+
+    assert impact_progress(None, impact_cfg()).percent == 0.0
+    steps_nearest = impact_progress(chunk(3, 25_000, 60.0), impact_cfg())  # 25 % of steps, 10 % of wall
+    assert steps_nearest.percent == pytest.approx(25.0)
+    assert steps_nearest.description == ("chunk 3: 200 learner steps, return 21.5 vs J=475, "
+                                          "25000 of 100000 env steps, 60.0 of 600 s wall")
+    assert impact_progress(chunk(3, 1000, 300.0), impact_cfg()).percent == pytest.approx(50.0)  # wall
+    assert impact_progress(chunk(0, 10, 1.0), impact_cfg(max_chunks=4)).percent == pytest.approx(25.0)
+    stopped = impact_progress(chunk(1, 900, 3.0, math.nan), impact_cfg(), stop_reason="max_chunks")
+    assert stopped.percent == 100.0
+    assert stopped.description.startswith("stopped (max_chunks) after 2 chunks: 100 learner steps, no episode ended")
+
+
+def test_impact_chunk_rows_and_summary():
+    from models.impact import ImpactSummary
+    from models.report import IMPACT_CHUNK_COLUMNS, impact_chunk_rows, impact_summary_markdown
+
+    rows = impact_chunk_rows([chunk(0, 512, 1.5, math.nan), chunk(1, 1024, 3.25)])
+    assert [tuple(r) for r in rows] == [IMPACT_CHUNK_COLUMNS] * 2
+    assert rows[0] == {"chunk": 0, "learner steps": 50, "env steps": 512, "return": None, "policy lag": 1.25,
+                       "wall (s)": 1.5, "server cluster ($)": 0.001}
+    s = ImpactSummary(run_id="0123456789abcdef", env_id="CartPole-v1", seed=2, stop_reason="target_reached",
+                      env_steps=80_000, learner_steps=400, chunks=8, final_return=480.0, wall_s=95.5,
+                      server_cluster_cost_usd=0.25, server_cluster_cost_no_startup_usd=0.02,
+                      serverless_cost_usd=0.004, orchestration_frac=0.012, actor_replacements=0,
+                      learner_device="cpu", tracking_uri="sqlite:////tmp/m/mlflow.db")
+    text = impact_summary_markdown(s, MlflowLinks("sqlite:////tmp/m/mlflow.db", "4", s.run_id), 475.0)
+    assert "**Stopped: target_reached**" in text and "| target J reached | yes (J = 475) |" in text
+    for part in ("| chunks | 8 |", "| learner steps | 400 |", "| env steps | 80000 |", "| final return | 480.0 |",
+                 "| wall time | 95.50 s |", "$0.250000 with its start-up, $0.020000 without",
+                 "| serverless, for reference | $0.004000 |"):
+        assert part in text, part
+    assert "mlflow ui --backend-store-uri sqlite:////tmp/m/mlflow.db" in text
+    assert "http://127.0.0.1:5000/#/experiments/4/runs/0123456789abcdef" in text
+    failed = failure_markdown("CartPole-v1", 3, "ActorError: boom", MlflowLinks("http://h", "1", "r"), unit="chunks")
+    assert "failed after 3 chunks" in failed
+
+
+def test_experiment_progress_and_run_table():
+    from models.report import (
+        EXPERIMENT_RUN_COLUMNS,
+        ExperimentRun,
+        experiment_progress,
+        experiment_run_result,
+        experiment_run_rows,
+    )
+
+    runs = [ExperimentRun("fixed:2", summary(seed=0)),
+            ExperimentRun("learned", summary(seed=1, stop_reason="max_rounds", rounds=60, final_return=math.nan))]
+    rows = experiment_run_rows(runs)
+    assert [tuple(r) for r in rows] == [EXPERIMENT_RUN_COLUMNS] * 2
+    assert rows[0] == {"run": 0, "scheduler": "fixed:2", "seed": 0, "target reached": "yes", "rounds": 3,
+                       "time (s)": 7.5, "cost ($)": 0.0045}
+    assert rows[1]["target reached"] == "no"
+    assert experiment_run_result(runs[0]) == "fixed:2 seed 0: J reached in 3 rounds (return 480.0, 7.50 s, $0.004500)"
+    assert experiment_run_result(runs[1]).startswith("learned seed 1: max_rounds after 60 rounds (return n/a")
+    assert experiment_progress(0, 6) == Progress(0.0, "0 of 6 runs done")
+    halfway = experiment_progress(3, 6, "x")
+    assert halfway.percent == 50.0 and halfway.description == "3 of 6 runs done; last: x"
+    assert experiment_progress(6, 6, finished=True).percent == 100.0
+    assert experiment_progress(7, 6, finished=True).description == "7 runs done (6 planned)"

@@ -43,7 +43,8 @@ def actors_curve(
     seeds = [0, 1, 2, 3, 4] if seeds is None else seeds
     with Experiment("actors_curve", env, {"seeds": seeds, "learned": learned}, workload, tracking_uri,
                     experiment, checkpoint_dir) as exp:
-        runs = [exp.train(learned_spec(learned), seed) for seed in seeds]
+        exp.plan(len(seeds))
+        runs = [exp.train(learned_spec(learned), seed, "learned") for seed in seeds]
         rows = [phase_row(seed, s) for seed, s in zip(seeds, runs, strict=True)]
         phase_means = list(mean_phases(rows))
         exp.tracker.log_metrics({"phase/early_mean": phase_means[0], "phase/middle_mean": phase_means[1],

@@ -1,5 +1,6 @@
 """What every experiment flow shares: the `Experiment` context (its MLflow parent run, the `train`
-runs nested under it, publishing the plot and tables) and the plot helpers.
+runs nested under it, its progress and run table while it runs, publishing the plot and tables)
+and the plot helpers.
 
 The statistics the flows publish are pure code in models/experiment_stats.py.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 import base64
 import inspect
 import json
+import logging
 import os
 import tempfile
 import time
@@ -23,18 +25,29 @@ import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from prefect import get_run_logger  # noqa: E402
 from prefect.artifacts import (  # noqa: E402
     create_image_artifact,
     create_markdown_artifact,
     create_table_artifact,
 )
+from prefect.exceptions import MissingContextError  # noqa: E402
 
+from flows.artifacts import ArtifactPublisher  # noqa: E402
 from flows.tracking import RunTracker  # noqa: E402
 from flows.train import train  # noqa: E402
 from models.config import ConfigError  # noqa: E402
 from models.experiment_stats import AggregateRow, TableRow, finite_row, markdown_table  # noqa: E402
 from models.learned_scheduler import SHIPPED  # noqa: E402
 from models.presets import resolve_run_config  # noqa: E402
+from models.report import (  # noqa: E402
+    RUN_TABLE_EVERY,
+    ExperimentRun,
+    experiment_progress,
+    experiment_run_result,
+    experiment_run_rows,
+    table_due,
+)
 from models.session import RunSummary  # noqa: E402
 
 DEFAULT_EXPERIMENT = "minionsrl-experiments"
@@ -58,6 +71,11 @@ class Experiment:
     `workload` holds the `train` parameters every run of the experiment shares (i_max,
     target_return, budget_usd, max_rounds, fragment, local_workers, ppo, ...; left out: the
     env's preset); they are checked by name before the MLflow run starts.
+
+    Once a flow says how many runs it plans (`plan`), the experiment's Prefect artifacts follow
+    them: `minionsrl-experiment-progress-<run>` (runs done of N, the last one's result; 100 % at
+    the end) and `minionsrl-experiment-runs-<run>` (the runs finished so far, a new version every
+    RUN_TABLE_EVERY runs and at the end), published on a background thread as a training's are.
     """
 
     def __init__(self, name: str, env: str, params: dict[str, Any], workload: dict[str, Any],
@@ -71,12 +89,39 @@ class Experiment:
         self.run_id = self.tracker.start(self.experiment, f"{name}__{time.strftime('%Y%m%d-%H%M%S')}",
                                          params={"env": env, **params, **self.workload},
                                          tags={"minionsrl.kind": "experiment", "minionsrl.experiment": name})
+        self.runs: list[ExperimentRun] = []
+        """The nested `train` runs finished so far, in order."""
+        self.planned, self.done = 0, 0
+        self._last_result: str | None = None
+        self._tabled = 0
+        self._artifacts: ArtifactPublisher | None = None
 
     def __enter__(self) -> Experiment:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self.tracker.finish("FAILED" if exc_type else "FINISHED")
+        try:
+            if self._artifacts is not None:
+                if self._tabled != len(self.runs):
+                    self._publish_runs()
+                if exc_type is None:
+                    self._publish_progress(finished=True)
+                self._artifacts.close()
+        finally:
+            self.tracker.finish("FAILED" if exc_type else "FINISHED")
+
+    def plan(self, runs: int) -> None:
+        """The runs this experiment will make (its progress is runs done of these); publishing starts here."""
+        self.planned = runs
+        if self._artifacts is None:
+            self._artifacts = ArtifactPublisher(self.run_id, _run_logger(self.name))
+        self._publish_progress()
+
+    def count_done(self, runs: int, result: str) -> None:
+        """Runs a nested flow made (transfer's scheduler trainings: one per episode), now done."""
+        self.done += runs
+        self._last_result = result
+        self._publish_progress()
 
     def setting(self, name: str) -> Any:
         """A workload value as the runs get it: given, else the env's preset (a RunConfig field)."""
@@ -88,11 +133,28 @@ class Experiment:
                                   "checkpoint_dir": self.checkpoint_dir or "checkpoints"})
         return getattr(cfg, name)
 
-    def train(self, scheduler: str, seed: int) -> RunSummary:
-        """A nested `train` run of this experiment's env and workload."""
-        return train(env=self.env, scheduler=scheduler, seed=seed, tracking_uri=self.tracker.tracking_uri,
-                     experiment=self.experiment, parent_run_id=self.run_id,
-                     checkpoint_dir=self.checkpoint_dir, **self.workload)
+    def train(self, scheduler: str, seed: int, label: str | None = None) -> RunSummary:
+        """A nested `train` run of this experiment's env and workload; `label`: its name in the
+        experiment's tables (default the scheduler)."""
+        summary = train(env=self.env, scheduler=scheduler, seed=seed, tracking_uri=self.tracker.tracking_uri,
+                        experiment=self.experiment, parent_run_id=self.run_id,
+                        checkpoint_dir=self.checkpoint_dir, **self.workload)
+        self.runs.append(ExperimentRun(label or scheduler, summary))
+        self.count_done(1, experiment_run_result(self.runs[-1]))
+        if table_due(len(self.runs), False, RUN_TABLE_EVERY):
+            self._publish_runs()
+        return summary
+
+    def _publish_progress(self, finished: bool = False) -> None:
+        if self._artifacts is not None:
+            self._artifacts.progress("experiment-progress", experiment_progress(
+                self.done, self.planned, self._last_result, finished))
+
+    def _publish_runs(self) -> None:
+        if self._artifacts is not None:
+            self._tabled = len(self.runs)
+            self._artifacts.table("experiment-runs", experiment_run_rows(self.runs),
+                                  f"{self.name}: the {self._tabled} runs finished so far")
 
     def publish(self, fig, rows: Sequence[TableRow], summary_md: str,
                 results: dict[str, Any]) -> dict[str, str]:
@@ -119,6 +181,14 @@ class Experiment:
         create_image_artifact(f"data:image/png;base64,{encoded}", key=f"{key}-plot",
                               description=f"{self.name}: plot")
         return {"run_id": self.run_id, "plot": plot_uri}
+
+
+def _run_logger(name: str):
+    """The flow run's logger (a publishing warning belongs in its log), or a plain one outside a run."""
+    try:
+        return get_run_logger()
+    except MissingContextError:
+        return logging.getLogger(f"minionsrl.{name}")
 
 
 def bars(ax, rows: Sequence[AggregateRow], key: str, ylabel: str) -> None:

@@ -81,9 +81,10 @@ def compare_schedulers(
         if server_spec not in specs.values():
             specs[server_spec] = server_spec
         runs: dict[str, list[RunSummary]] = {label: [] for label in specs}
+        exp.plan(len(seeds) * len(specs))
         for seed in seeds:
             for label, spec in specs.items():
-                s = exp.train(spec, seed)
+                s = exp.train(spec, seed, label)
                 runs[label].append(s)
                 logger.info("%s seed %d: %s in %d rounds, time %.2fs, cost $%.5f", label, seed,
                             s.stop_reason, s.rounds, s.time_to_stop_s, s.cost_usd)

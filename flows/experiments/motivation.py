@@ -50,7 +50,8 @@ def motivation(
              "decrease": f"decrease:{n}:{step}:{every}"}
     with Experiment("motivation", env, {"seeds": seeds, "specs": specs}, {**workload, "max_rounds": max_rounds},
                     tracking_uri, experiment, checkpoint_dir) as exp:
-        runs = {label: [exp.train(spec, seed) for seed in seeds] for label, spec in specs.items()}
+        exp.plan(len(specs) * len(seeds))
+        runs = {label: [exp.train(spec, seed, label) for seed in seeds] for label, spec in specs.items()}
         rows = [aggregate(label, summaries).with_columns(
                     actor_rounds_mean=mean_std([actor_rounds(s) for s in summaries])[0])
                 for label, summaries in runs.items()]

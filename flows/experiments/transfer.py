@@ -74,13 +74,24 @@ def scheduler_transfer(
                     work, tracking_uri, experiment, checkpoint_dir) as exp:
         common = {"env": env, "batch_episodes": batch_episodes, "seed": seed,
                   "tracking_uri": exp.tracker.tracking_uri, "checkpoint_dir": checkpoint_dir, **work}
-        trained = {"finetuned": finetune_scheduler(source=source, episodes=finetune_episodes, **common),
-                   "scratch": train_scheduler(episodes=scratch_episodes, **common)}
+        # each scheduler-training episode is one training run (inside its flow), then three evaluated
+        # schedulers (fine-tuned, scratch, zero-shot) on every eval seed
+        exp.plan(finetune_episodes + scratch_episodes + 3 * len(eval_seeds))
+
+        def counted(label: str, result: dict[str, Any]) -> dict[str, Any]:
+            exp.count_done(result["episodes_done"], f"{label} scheduler trained, "
+                           f"{result['episodes_done']} episodes in {result['wall_s']:.0f} s")
+            return result
+
+        trained = {"finetuned": counted("finetuned", finetune_scheduler(source=source, episodes=finetune_episodes,
+                                                                        **common)),
+                   "scratch": counted("scratch", train_scheduler(episodes=scratch_episodes, **common))}
         logger.info("scheduler training wall time: fine-tune %.0fs, scratch %.0fs",
                     trained["finetuned"]["wall_s"], trained["scratch"]["wall_s"])
         candidates = {"finetuned": trained["finetuned"]["checkpoint"], "scratch": trained["scratch"]["checkpoint"],
                       "zero-shot": source}
-        evals = {label: [exp.train(learned_spec(ref), s) for s in eval_seeds] for label, ref in candidates.items()}
+        evals = {label: [exp.train(learned_spec(ref), s, label) for s in eval_seeds]
+                 for label, ref in candidates.items()}
         rows = [aggregate(label, summaries).with_columns(
                     scheduler_training_wall_s=trained[label]["wall_s"] if label in trained else 0.0,
                     scheduler_episodes=trained[label]["episodes_done"] if label in trained else 0)
