@@ -72,16 +72,28 @@ def test_transfer_end_to_end_on_a_workload_the_source_never_saw(prefect_api_url,
 
 def test_compare_sweeps_fixed_counts_and_judges_the_learned_scheduler_against_the_best(
         prefect_api_url, mlflow_uri, tmp_path):
+    from importlib import resources
+
     from flows.experiments import compare_schedulers
     from models.learned_scheduler import save_scheduler
     from models.scheduler_agent import SchedulerAgent
 
     learned = save_scheduler(tmp_path / "s.pt", SchedulerAgent(2, seed=3), meta={})
+    prices = tmp_path / "prices.toml"  # a 2-core server cluster
+    prices.write_text(resources.files("models.data").joinpath("prices.toml").read_text()
+                      .replace("actor_cores = 32", "actor_cores = 2"))
     # J=15: a fresh CartPole policy's episodes average about 20, so every run stops at round 0
     result = compare_schedulers(seeds=[0], learned=str(learned), baselines=[], sweep=[1, 2],
-                                target_return=15.0, tracking_uri=mlflow_uri,
+                                target_return=15.0, tracking_uri=mlflow_uri, prices_file=str(prices),
                                 checkpoint_dir=str(tmp_path / "ckpt"), **{**TINY, "i_max": 2})
     rows = {r["scheduler"]: r for r in result["rows"]}
+    # the server cluster's rows are its own runs (not another scheduler's re-priced)
+    cluster = result["runs"]["server cluster"]
+    assert [s.system for s in cluster] == ["server-cluster"]
+    assert rows["server cluster"]["cost_usd_mean"] == pytest.approx(cluster[0].server_cluster_cost_usd)
+    assert rows["server cluster without start-up"]["cost_usd_mean"] == pytest.approx(
+        cluster[0].server_cluster_cost_no_startup_usd)
+    assert MlflowClient(mlflow_uri).get_run(cluster[0].run_id).data.tags["minionsrl.system"] == "server-cluster"
     sweep = [rows["fixed:1"], rows["fixed:2"]]
     assert all(r["reached"] == 1 for r in sweep)
     cheapest = min(sweep, key=lambda r: (r["cost_usd_mean"], r["time_s_mean"]))
