@@ -35,7 +35,7 @@ from flows.artifacts import RunArtifacts  # noqa: E402
 from flows.cli import flow_arguments, given_arguments, quiet_console  # noqa: E402
 from flows.tracking import RunTracker, default_tracking_uri, project_root  # noqa: E402
 from models.checkpoint import RunCheckpoint, load_run_checkpoint  # noqa: E402
-from models.config import ConfigError, RunConfig  # noqa: E402
+from models.config import SYSTEM_CLUSTER, ConfigError, RunConfig  # noqa: E402
 from models.journal import RoundJournal  # noqa: E402
 from models.learned_scheduler import is_learned_spec, is_mlflow_uri, parse_learned_spec  # noqa: E402
 from models.presets import resolve_run_changes, resolve_run_config  # noqa: E402
@@ -131,6 +131,8 @@ def train_run_name() -> str:
     if p.get("resume"):
         return f"resume-{Path(p['resume']).parent.name[:12]}"
     scheduler = p.get("scheduler") or "preset"
+    if p.get("system") == SYSTEM_CLUSTER:  # its own system: say so, next to the workload
+        scheduler = f"{SYSTEM_CLUSTER}-{p.get('scheduler') or 'fixed'}"
     return f"{p.get('env') or 'CartPole-v1'}-{scheduler.replace(':', '')}-seed{p.get('seed') or 0}"
 
 
@@ -165,6 +167,8 @@ def train(
     backend_options: dict[str, Any] | None = None,
     register_model: str | None = None,
     log_model: bool | None = None,
+    system: str | None = None,
+    bill_cluster_startup: bool | None = None,
 ) -> RunSummary:
     """Train PPO on `env` with per-round actor counts chosen by `scheduler`.
 
@@ -215,6 +219,11 @@ def train(
             version each run); it is logged as a model of the run either way.
         log_model: log the final policy as an MLflow model and the per-round plots (default
             true; scheduler-training episodes turn it off: ~1-2 s each).
+        system: serverless (the default: actors per round, billed per second of execution) or
+            server-cluster (the price table's fixed cluster: its actor_cores actors every round
+            as local worker processes started once, billed for all its wall time).
+        bill_cluster_startup: server-cluster: bill the cluster's start-up in the first round
+            (default true); the summary reports its cost with and without it either way.
     """
     setup = prepare_run(given_arguments(locals(), exclude=("resume",)), resume)
     cfg = setup.config
@@ -248,6 +257,8 @@ def train(
         tracker.set_tags({"minionsrl.stop_reason": str(session.stop_reason),
                           "minionsrl.stop_detail": summary.stop_detail,
                           "minionsrl.learner_device": summary.learner_device})
+        if cfg.cluster:  # its actors were these processes in every round
+            tracker.set_tags({"minionsrl.worker_pids": json.dumps(session.progress.worker_pids)})
         tracker.log_metrics({"summary/target_reached": float(summary.target_reached),
                              "summary/time_to_stop_s": summary.time_to_stop_s,
                              "summary/cost_usd": summary.cost_usd,
@@ -290,9 +301,10 @@ def start_tracking(session: TrainingSession, tracker: RunTracker, setup: RunSetu
             tracker.set_tags({"prefect.flow_run_id": this_flow_run})
         get_run_logger().info("resuming run %s at round %d", session.run_id, session.round_index)
         return
-    run_name = f"{cfg.env_id}__{session.scheduler.name}__{cfg.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
+    system = f"{SYSTEM_CLUSTER}__" if cfg.cluster else ""  # its own row in the runs view
+    run_name = f"{cfg.env_id}__{system}{session.scheduler.name}__{cfg.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
     tags = {"minionsrl.scheduler": session.scheduler.name, "minionsrl.backend": cfg.backend.name,
-            "minionsrl.learner_device": session.learner_device}
+            "minionsrl.learner_device": session.learner_device, "minionsrl.system": cfg.system}
     if cfg.parent_run_id:
         tags["mlflow.parentRunId"] = cfg.parent_run_id
     if setup.scheduler_source:  # the MLflow URI the local copy came from
@@ -351,6 +363,8 @@ def run_rounds(session: TrainingSession, backend: ActorBackend, tracker: RunTrac
     # in round 0, inside its budget bound.
     backend.await_prewarm()
     session.note_backend_startup(backend.take_startup_s())
+    if cfg.cluster:  # its actors are up: the cluster's billed wall time starts
+        session.start_cluster_clock()
     with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
         while session.stop_reason is None:
             k = session.round_index

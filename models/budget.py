@@ -23,6 +23,11 @@ round 0 and are exact, so they get no margin.
 Kept-warm idle seconds (a work pool's warm servers, models/cost.py warm_idle_cost) enter the
 bound as the most a round has billed so far, times M; round 0 has no such measure, so with
 warm actors its bound does not cover the servers' idle time before it.
+
+A server-cluster round (cluster_round_bound) is billed for its wall time at the cluster's price,
+so its bound is M x a bound of that wall time: the most wall seconds a round has been billed so
+far, and before any round ceil(I / cores here) waves of prior actors, the learner's bound and
+the prior orchestration of a round; plus the cluster's start-up in the round that pays it.
 """
 
 from __future__ import annotations
@@ -56,6 +61,8 @@ class RunShape:
     learner_device: str
     learner_s_per_unit_calibrated: float
     """Seconds of one minibatch step on the learner's device, timed before round 0."""
+    host_cores: int = 1
+    """Cores of this machine: a local pool's actors beyond them wait for a core (cluster wall prior)."""
 
     def units(self, samples: int) -> int:
         """Minibatch-step equivalents of an update on `samples` samples."""
@@ -81,10 +88,13 @@ class Measured:
     warm_idle_s: float = 0.0
     """Most idle seconds of kept-warm actors billed in a round."""
     rounds: int = 0
+    wall_s: float = 0.0
+    """Most wall seconds a server-cluster round was billed."""
 
     def observe(self, actor_billed_s: list[float], learner_s: float, samples: int, shape: RunShape,
-                warm_idle_s: float = 0.0) -> None:
+                warm_idle_s: float = 0.0, wall_s: float = 0.0) -> None:
         self.warm_idle_s = max(self.warm_idle_s, warm_idle_s)
+        self.wall_s = max(self.wall_s, wall_s)
         if actor_billed_s:
             self.actor_s = max(self.actor_s, max(actor_billed_s))
         self.learner_s_per_unit = max(self.learner_s_per_unit, learner_s / shape.units(samples))
@@ -118,15 +128,35 @@ def round_bound(actors: int, shape: RunShape, measured: Measured, prices: PriceT
     else:
         known = min(actors, measured.max_actors)
         actor_s = known * measured.actor_s + (actors - known) * max(measured.actor_s, prior_actor_s)
-    samples = actors * shape.fragment
-    rate = max(measured.learner_s_per_unit, shape.learner_s_per_unit_calibrated)
-    learner_s = rate * shape.units(max(samples, measured.min_batch))
+    learner_s = _learner_s_bound(actors, shape, measured)
     learner_price = prices.learner_per_second(shape.learner_device)
     return RoundBound(actors=actors,
                       actors_usd=BOUND_MARGIN * (actor_s + measured.warm_idle_s) * prices.actor_per_second,
                       learner_usd=BOUND_MARGIN * learner_s * learner_price,
                       startup_usd=learner_startup_s * learner_price
                       + pool_startup_s * prices.actor_per_second)
+
+
+def _learner_s_bound(actors: int, shape: RunShape, measured: Measured) -> float:
+    """The learner's seconds for a batch of `actors` fragments, without the margin."""
+    rate = max(measured.learner_s_per_unit, shape.learner_s_per_unit_calibrated)
+    return rate * shape.units(max(actors * shape.fragment, measured.min_batch))
+
+
+def cluster_round_bound(actors: int, shape: RunShape, measured: Measured, prices: PriceTable,
+                        startup_due: bool = False) -> RoundBound:
+    """A server-cluster round's bound (module docstring), in the parts of its bill
+    (models/cost.py bill_cluster_round); startup_due: this round pays the cluster's start-up."""
+    if measured.rounds == 0 or measured.wall_s <= 0:
+        waves = math.ceil(actors / max(shape.host_cores, 1))
+        wall_s = (waves * shape.prior_actor_s(prices) + _learner_s_bound(actors, shape, measured)
+                  + prices.prior.round_overhead_s)
+    else:
+        wall_s = measured.wall_s
+    return RoundBound(actors=actors,
+                      actors_usd=BOUND_MARGIN * wall_s * prices.server_actors_per_s,
+                      learner_usd=BOUND_MARGIN * wall_s * prices.server_learner_per_s,
+                      startup_usd=prices.server_startup_s * prices.server_per_s if startup_due else 0.0)
 
 
 def calibrate_learner(policy: torch.nn.Module, obs_shape: tuple[int, ...], obs_dtype, discrete: bool,

@@ -14,8 +14,15 @@ from typing import Any, ClassVar
 from models.cost import PriceTable
 from models.errors import ConfigError
 
-__all__ = ["BACKEND_SPECS", "ConfigError", "DaskBackendSpec", "LocalBackendSpec", "PPOConfig",
-           "RunConfig", "WorkPoolBackendSpec", "backend_spec"]
+__all__ = ["BACKEND_SPECS", "SYSTEMS", "SYSTEM_CLUSTER", "SYSTEM_SERVERLESS", "ConfigError",
+           "DaskBackendSpec", "LocalBackendSpec", "PPOConfig", "RunConfig", "WorkPoolBackendSpec",
+           "backend_spec", "cluster_scheduler"]
+
+SYSTEM_SERVERLESS, SYSTEM_CLUSTER = "serverless", "server-cluster"
+SYSTEMS = (SYSTEM_SERVERLESS, SYSTEM_CLUSTER)
+"""How a run is run and billed: serverless (per-round actors billed per second of execution) or
+the fixed server cluster (the price table's [server_cluster]: one actor pool the size of its
+actor cores, started once, billed for all its wall time)."""
 
 
 @dataclass(frozen=True)
@@ -220,6 +227,11 @@ class RunConfig:
     log_model: bool = True
     """Log the final policy as an MLflow model and the per-round plots (~1-2 s at the run's end;
     scheduler-training episodes turn it off). The policy file itself is always logged."""
+    system: str = SYSTEM_SERVERLESS
+    """serverless or server-cluster (SYSTEMS)."""
+    bill_cluster_startup: bool = True
+    """server-cluster: bill the cluster's start-up (price table) in the run's first round; the
+    summary reports the cluster's cost with and without it either way."""
 
     # What a resumed run may change (recorded as a tag): where and how long it runs, never
     # what it learns. tracking_uri: a store moved elsewhere (the run must exist there).
@@ -254,7 +266,32 @@ class RunConfig:
         _check(self.register_model is None or self.log_model, "register_model needs log_model")
         if isinstance(self.backend, WorkPoolBackendSpec):
             _check(self.backend.warm_actors <= self.i_max, "warm_actors must be <= i_max")
+        _check(self.system in SYSTEMS, f"system must be one of {', '.join(SYSTEMS)}, got {self.system!r}")
+        _check(isinstance(self.bill_cluster_startup, bool),
+               f"bill_cluster_startup must be true or false, got {self.bill_cluster_startup!r}")
+        if self.system == SYSTEM_CLUSTER:
+            self._validate_cluster()
         self.ppo.validate()
+
+    def _validate_cluster(self) -> None:
+        """The server cluster is one fixed pool of its actor cores, as persistent local processes."""
+        cores = self.prices.server_actor_cores
+        _check(isinstance(self.backend, LocalBackendSpec),
+               f"system server-cluster runs its fixed actor pool as persistent worker processes of "
+               f"the local backend; backend {self.backend.name!r} starts actors per round or on "
+               f"infrastructure it does not keep: use backend local")
+        _check(self.backend.workers in (None, cores),
+               f"system server-cluster keeps one worker process per actor core of the cluster "
+               f"({cores}); local_workers={self.backend.workers} differs: leave it unset")
+        _check(cluster_scheduler(self.scheduler, self.i_max, cores),
+               f"system server-cluster runs the cluster's {cores} actor cores every round: use "
+               f"scheduler fixed:{cores} (or max with i_max={cores}), not {self.scheduler!r} "
+               f"with i_max={self.i_max}; the cluster's size is the price table's "
+               f"[server_cluster] actor_cores")
+
+    @property
+    def cluster(self) -> bool:
+        return self.system == SYSTEM_CLUSTER
 
     @property
     def steps_per_env(self) -> int:
@@ -286,6 +323,12 @@ class RunConfig:
         out = dataclasses.replace(self, **changes)
         out.validate()
         return out
+
+
+def cluster_scheduler(spec: str, i_max: int, cores: int) -> bool:
+    """Whether a scheduler spec is Fixed(cores), the only one a server cluster runs."""
+    spec = spec.strip().lower()
+    return (spec == f"fixed:{cores}" and i_max >= cores) or (spec == "max" and i_max == cores)
 
 
 def _check(ok: bool, message: str) -> None:

@@ -8,6 +8,10 @@ CPU. A round's bill has three parts that add up to it exactly (RoundBill):
 - learner_usd: the learner's update;
 - actors_usd: the rest of the actors' billed seconds (dispatch, weight load, sampling, upload,
   failed and retried attempts) and the idle seconds of kept-warm actors.
+
+A server-cluster run (models/config.py SYSTEM_CLUSTER) is billed by bill_cluster_round instead:
+the cluster's whole wall time, idle or not, split into its learner VM and its actor VMs, and its
+start-up once when asked.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ class BudgetPrior:
     actor_startup_s_work_pool: float
     actor_step_s: float
     """Seconds per env step of one actor."""
+    round_overhead_s: float
+    """A round's orchestration outside actors and learner (billed by a server cluster only)."""
     source: str = NO_SOURCE
 
     def actor_startup_s(self, backend: str) -> float:
@@ -68,6 +74,11 @@ class PriceTable:
     server_startup_s: float
     server_startup_source: str
     server_actor_cores: int
+    server_learner_per_s: float
+    """The cluster's learner VM: a part of server_per_s."""
+    server_actors_per_s: float
+    """The cluster's actor VMs together: the rest of server_per_s."""
+    server_parts_source: str
     prior: BudgetPrior
     source: str
 
@@ -103,6 +114,7 @@ class PriceTable:
                 server_startup_s=_number(server, "server_cluster", "startup_s"),
                 server_startup_source=str(server.get("startup_source", NO_SOURCE)),
                 server_actor_cores=int(server.get("actor_cores", 32)),
+                **_cluster_parts(server),
                 prior=BudgetPrior(**{f.name: (str(prior.get(f.name, NO_SOURCE)) if f.name == "source"
                                               else _number(prior, "budget_prior", f.name))
                                      for f in fields(BudgetPrior)}),
@@ -122,9 +134,11 @@ class PriceTable:
         before a field existed takes that field from the packaged table."""
         values = dict(raw)
         missing = {f.name for f in fields(cls)} - set(values)
-        if missing:
+        prior_missing = {f.name for f in fields(BudgetPrior)} - set(values.get("prior", {}))
+        if missing or prior_missing:
             packaged = PriceTable.load()
             values.update({name: _plain(getattr(packaged, name)) for name in missing})
+            values["prior"] = {**_plain(packaged.prior), **values["prior"]}
         for name in ("actor", "learner", "learner_cpu"):
             values[name] = Resources(**values[name])
         values["prior"] = BudgetPrior(**values["prior"])
@@ -161,6 +175,19 @@ def _number(section: dict, name: str, key: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
         raise ConfigError(f"[{name}] {key} must be a number >= 0, got {value!r}")
     return float(value)
+
+
+def _cluster_parts(server: dict) -> dict[str, Any]:
+    """The cluster's price split into its learner VM and actor VMs; they must add up to it."""
+    total = _number(server, "server_cluster", "price_per_hour")
+    learner = _number(server, "server_cluster", "learner_vm_per_hour")
+    actors = _number(server, "server_cluster", "actor_vm_per_hour") * _number(server, "server_cluster", "actor_vms")
+    if abs(learner + actors - total) > 1e-9 * max(total, 1.0):
+        raise ConfigError(f"[server_cluster] learner_vm_per_hour + actor_vms x actor_vm_per_hour = "
+                          f"{learner + actors:g} must equal price_per_hour = {total:g}")
+    return {"server_learner_per_s": learner / 3600, "server_actors_per_s": actors / 3600,
+            "server_parts_source": " ".join(str(server.get(k, NO_SOURCE))
+                                            for k in ("learner_vm_source", "actor_vm_source"))}
 
 
 def _plain(value: Any) -> Any:
@@ -243,3 +270,15 @@ def server_cluster_cost(wall_s: float, prices: PriceTable, with_startup: bool = 
     """The fixed cluster is billed for all wall-clock time, idle or not, and (with_startup) for
     its start-up (a price-table value: report both, it can dominate short runs)."""
     return ((prices.server_startup_s if with_startup else 0.0) + wall_s) * prices.server_per_s
+
+
+def bill_cluster_round(wall_s: float, learner_device: str, prices: PriceTable, *,
+                       with_startup: bool = False) -> RoundBill:
+    """A server-cluster round's bill: the whole cluster for the round's wall time, whether its
+    actors work or wait (actor VMs as actors_usd, the learner VM as learner_usd), and its
+    start-up (with_startup: the round that pays it) at the whole cluster's price."""
+    return RoundBill(
+        actors_usd=wall_s * prices.server_actors_per_s,
+        learner_usd=wall_s * prices.server_learner_per_s,
+        startup_usd=prices.server_startup_s * prices.server_per_s if with_startup else 0.0,
+        learner_device=learner_device.split(":")[0])

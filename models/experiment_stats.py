@@ -86,8 +86,9 @@ class AggregateRow:
 def aggregate(label: str, summaries: Sequence[RunSummary], cost_key: str = "cost_usd") -> AggregateRow:
     """One row of a comparison: time to stop and cost over seeds, and how often J was reached.
 
-    `cost_key` names the summary field billed: `cost_usd` (serverless) or
-    `server_cluster_cost_usd` (the same runs billed as the server cluster).
+    `cost_key` names the summary field billed: `cost_usd` (what the runs were billed) or, for
+    server-cluster runs, `server_cluster_cost_usd` / `server_cluster_cost_no_startup_usd` (their
+    bill with and without the cluster's start-up).
     """
     time_m, time_s = mean_std([s.time_to_stop_s for s in summaries])
     cost_m, cost_s = mean_std([getattr(s, cost_key) for s in summaries])

@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from models.cost import PriceTable, bill_round, round_time
+from models.cost import PriceTable, RoundBill, bill_round, round_time
 from models.rollout import RolloutBatch
 from models.timings import OPTIONAL_FIGURES, PHASE_NAMES, ActorPhases
 
@@ -51,7 +51,8 @@ def actor_billed_s(batches: list[RolloutBatch], failed_billed_s: list[float] | N
 def round_metrics(batches: list[RolloutBatch], learner_s: float, wall_s: float,
                   prices: PriceTable, failed_billed_s: list[float] | None = None, *,
                   learner_device: str, learner_startup_s: float = 0.0,
-                  warm_idle_s: float = 0.0, pool_startup_s: float = 0.0) -> dict[str, float]:
+                  warm_idle_s: float = 0.0, pool_startup_s: float = 0.0,
+                  bill: RoundBill | None = None) -> dict[str, float]:
     """Time, cost and sampling figures of one round, with MLflow-style grouped keys.
 
     failed_billed_s: billed seconds of actors that failed every attempt; retried attempts of
@@ -61,6 +62,8 @@ def round_metrics(batches: list[RolloutBatch], learner_s: float, wall_s: float,
     warm_idle_s: idle seconds of kept-warm actors waiting for this round (0 until a backend
     reports them).
     pool_startup_s: the backend's actor start-up outside any actor (pre-warmed worker boots).
+    bill: the round's bill when it is not the serverless one (a server cluster's:
+    models/cost.py bill_cluster_round).
     """
     failed_billed_s = failed_billed_s or []
     timings = [b.timings for b in batches]
@@ -92,11 +95,12 @@ def round_metrics(batches: list[RolloutBatch], learner_s: float, wall_s: float,
         values = [float(getattr(t, key)) for t in timings if getattr(t, key) is not None]
         if values:  # reported by some backends only (cold_start: fraction of actors started cold)
             out[f"time/actor_{key}"] = float(np.mean(values))
-    bill = bill_round(learner_s, learner_device, durations + retried_s + failed_billed_s,
-                      [p.startup_s for p in phases], prices, learner_startup_s=learner_startup_s,
-                      warm_idle_s=warm_idle_s, pool_startup_s=pool_startup_s,
-                      containers_started=len(batches) + len(failed_billed_s)
-                      + sum(t.attempts - 1 for t in timings))
+    if bill is None:
+        bill = bill_round(learner_s, learner_device, durations + retried_s + failed_billed_s,
+                          [p.startup_s for p in phases], prices, learner_startup_s=learner_startup_s,
+                          warm_idle_s=warm_idle_s, pool_startup_s=pool_startup_s,
+                          containers_started=len(batches) + len(failed_billed_s)
+                          + sum(t.attempts - 1 for t in timings))
     out.update({
         "cost/round_usd": bill.round_usd,
         "cost/actors_usd": bill.actors_usd,

@@ -9,7 +9,15 @@ import tomllib
 from importlib import resources
 from typing import Any
 
-from models.config import BackendSpec, ConfigError, PPOConfig, RunConfig, backend_spec
+from models.config import (
+    SYSTEM_CLUSTER,
+    BackendSpec,
+    ConfigError,
+    LocalBackendSpec,
+    PPOConfig,
+    RunConfig,
+    backend_spec,
+)
 from models.cost import PriceTable
 from models.envs import check_env_id
 from models.schedulers import make_scheduler
@@ -68,9 +76,16 @@ def resolve_run_config(given: dict[str, Any]) -> RunConfig:
     values = {key: preset[key] for key in PRESET_KEYS}
     values.update(given)
     values.setdefault("experiment", f"minionsrl/{env_id}")
+    prices = PriceTable.load(prices_file).with_actor_memory(float(values["actor_memory_gb"]))
+    if values.get("system") == SYSTEM_CLUSTER:
+        # the cluster's size decides the actor count and the pool: the preset's scheduler and
+        # one process per core here do not apply (a given one is validated against it)
+        cores = prices.server_actor_cores
+        values["scheduler"] = given.get("scheduler", f"fixed:{cores}")
+        if backend == LocalBackendSpec():
+            backend = LocalBackendSpec(workers=cores)
     try:
-        cfg = RunConfig(env_id=env_id, backend=backend, ppo=ppo,
-                        prices=PriceTable.load(prices_file).with_actor_memory(float(values["actor_memory_gb"])),
+        cfg = RunConfig(env_id=env_id, backend=backend, ppo=ppo, prices=prices,
                         **{k: _coerce(k, v) for k, v in values.items()})
     except TypeError as exc:
         raise ConfigError(f"run parameters: {exc}") from exc
@@ -143,4 +158,4 @@ PRESET_KEYS = ("scheduler", "target_return", "budget_usd", "max_rounds", "fragme
 _FLOAT_FIELDS = {"target_return", "budget_usd", "actor_memory_gb", "actor_timeout_s", "quorum"}
 _INT_FIELDS = {"max_rounds", "fragment", "envs_per_actor", "seed", "i_max", "actor_retries", "eval_every",
                "eval_episodes"}
-_STR_FIELDS = {"scheduler", "learner_device", "tracking_uri", "experiment", "checkpoint_dir"}
+_STR_FIELDS = {"scheduler", "learner_device", "tracking_uri", "experiment", "checkpoint_dir", "system"}

@@ -9,14 +9,15 @@ or after K rounds (max_rounds).
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from models.budget import Measured, RoundBound, RunShape, calibrate_learner, round_bound
+from models.budget import Measured, RoundBound, RunShape, calibrate_learner, cluster_round_bound, round_bound
 from models.checkpoint import PolicyArtifact, RunCheckpoint, save_policy, save_run_checkpoint
-from models.config import RunConfig
-from models.cost import round_cost, server_cluster_cost
+from models.config import SYSTEM_SERVERLESS, RunConfig
+from models.cost import bill_cluster_round, round_cost, server_cluster_cost
 from models.envs import env_spaces
 from models.journal import LostAttempt
 from models.metrics import actor_billed_s, round_metrics
@@ -96,6 +97,9 @@ class RunSummary:
     learner_device: str = ""
     stop_detail: str = ""
     """Why the run stopped, in words (e.g. which round the budget refused and its bound)."""
+    system: str = SYSTEM_SERVERLESS
+    """serverless, or server-cluster: then cost_usd is the cluster's bill, and the two
+    server_cluster_* figures are that bill with and without its start-up."""
 
     @property
     def target_reached(self) -> bool:
@@ -129,6 +133,10 @@ class RunProgress:
     """Ids of the lost attempts already billed: each is billed once."""
     flow_run_ids: list[str] = field(default_factory=list)
     """The orchestrator's runs (Prefect flow runs) that worked on this run, oldest first."""
+    sum_billed_wall_s: float = 0.0
+    """Server cluster: the wall seconds it was billed (every round's span, idle included)."""
+    worker_pids: list[int] = field(default_factory=list)
+    """Server cluster: the actor processes that ran its actors so far (sorted)."""
 
 
 class TrainingSession:
@@ -151,7 +159,12 @@ class TrainingSession:
         self._pool_startup_due_s = 0.0  # the backend's pre-warm boots, billed in the next round
         self.shape = RunShape(fragment=cfg.fragment, update_epochs=cfg.ppo.update_epochs,
                               minibatch_size=cfg.ppo.minibatch_size, backend=cfg.backend.name,
-                              learner_device=self.learner_device, learner_s_per_unit_calibrated=step_s)
+                              learner_device=self.learner_device, learner_s_per_unit_calibrated=step_s,
+                              host_cores=max(os.cpu_count() or 1, 1))
+        # A server cluster is billed for its wall time from its first round on (the clock the
+        # flow starts once its actors are up) and its start-up once, as the user asked.
+        self._cluster_startup_due = cfg.cluster and cfg.bill_cluster_startup
+        self._cluster_clock: float | None = None
         self._admitted: RoundBound | None = None
         self.scheduler = make_scheduler(cfg.scheduler, cfg.i_max, cfg.max_rounds, cfg.target_return,
                                         budget_usd=cfg.budget_usd, seed=cfg.seed)
@@ -198,6 +211,9 @@ class TrainingSession:
 
     def round_bound(self, actors: int) -> RoundBound:
         """An upper bound of the next round's cost with `actors` actors (models/budget.py)."""
+        if self.cfg.cluster:
+            return cluster_round_bound(actors, self.shape, self.progress.measured, self.prices,
+                                       self._cluster_startup_due)
         return round_bound(actors, self.shape, self.progress.measured, self.prices,
                            self.learner_startup_s if self._learner_startup_due else 0.0,
                            self._pool_startup_due_s)
@@ -206,6 +222,11 @@ class TrainingSession:
         """Actor start-up the backend incurred before a round and outside any actor (its worker
         processes booting before round 0): billed in the next round, inside its budget bound."""
         self._pool_startup_due_s += max(seconds, 0.0)
+
+    def start_cluster_clock(self) -> None:
+        """Server cluster: its billed wall time runs from now on (its actors are up); each
+        round is billed the span since the previous one, so the sum is the whole run's wall."""
+        self._cluster_clock = time.perf_counter()
 
     def admit_round(self, actors: int) -> bool:
         """The budget rule: a round starts only when an upper bound of its cost fits in what is
@@ -220,7 +241,7 @@ class TrainingSession:
         p.stop_reason = STOP_BUDGET
         p.stop_detail = (f"budget: round {p.round_index} not started: the upper bound of its cost "
                          f"with {actors} actors, ${bound.total_usd:.3g} (actors ${bound.actors_usd:.3g}, "
-                         f"learner ${bound.learner_usd:.3g}, learner start-up ${bound.startup_usd:.3g}), "
+                         f"learner ${bound.learner_usd:.3g}, start-up ${bound.startup_usd:.3g}), "
                          f"exceeds the ${left:.3g} left of B=${self.cfg.budget_usd:.3g}")
         return False
 
@@ -250,11 +271,28 @@ class TrainingSession:
         """
         p = self.progress
         learner_s = learner_stats["time/learner_s"]
+        cluster_bill, billed_wall_s = None, 0.0
+        if self.cfg.cluster:
+            now = time.perf_counter()
+            billed_wall_s = wall_s if self._cluster_clock is None else now - self._cluster_clock
+            self._cluster_clock = now
+            cluster_bill = bill_cluster_round(billed_wall_s, self.learner_device, self.prices,
+                                              with_startup=self._cluster_startup_due)
+            self._cluster_startup_due = False
         metrics = round_metrics(batches, learner_s, wall_s, self.prices, failed_billed_s,
                                 learner_device=self.learner_device,
                                 learner_startup_s=self.learner_startup_s if self._learner_startup_due else 0.0,
                                 warm_idle_s=warm_idle_s,
-                                pool_startup_s=self._pool_startup_due_s + pool_startup_s)
+                                pool_startup_s=self._pool_startup_due_s + pool_startup_s,
+                                bill=cluster_bill)
+        if self.cfg.cluster:
+            pids = {b.timings.worker_pid for b in batches if b.timings.worker_pid is not None}
+            new = pids - set(p.worker_pids)
+            p.worker_pids = sorted(set(p.worker_pids) | pids)
+            p.sum_billed_wall_s += billed_wall_s
+            metrics.update({"time/billed_wall_s": billed_wall_s,
+                            "cluster/worker_processes": float(len(p.worker_pids)),
+                            "cluster/new_worker_processes": float(len(new))})
         self._learner_startup_due = False
         self._pool_startup_due_s = 0.0
         metrics.update(learner_stats)
@@ -262,7 +300,7 @@ class TrainingSession:
             metrics["cost/round_bound_usd"] = self._admitted.total_usd
             self._admitted = None
         p.measured.observe(actor_billed_s(batches, failed_billed_s), learner_s,
-                           sum(b.steps for b in batches), self.shape, warm_idle_s)
+                           sum(b.steps for b in batches), self.shape, warm_idle_s, billed_wall_s)
         p.actors_usd += metrics["cost/actors_usd"]
         p.learner_usd += metrics["cost/learner_usd"]
         p.startup_usd += metrics["cost/startup_usd"]
@@ -279,8 +317,8 @@ class TrainingSession:
         metrics.update({
             "cost/total_usd": p.spent_usd,
             "cost/budget_left_usd": self.budget_left_usd,
-            "cost/server_cluster_usd": server_cluster_cost(p.sum_round_s, self.prices),
-            "cost/server_cluster_no_startup_usd": server_cluster_cost(p.sum_round_s, self.prices,
+            "cost/server_cluster_usd": server_cluster_cost(self._cluster_basis_s(), self.prices),
+            "cost/server_cluster_no_startup_usd": server_cluster_cost(self._cluster_basis_s(), self.prices,
                                                                       with_startup=False),
             "rollout/env_steps_total": float(p.env_steps),
             "time/total_round_s": p.sum_round_s,
@@ -297,6 +335,12 @@ class TrainingSession:
             p.stop_detail = f"max_rounds: K={self.cfg.max_rounds} rounds run"
         return metrics
 
+    def _cluster_basis_s(self) -> float:
+        """The wall time the server cluster is priced for: what a server-cluster run was billed;
+        for a serverless run, its time with one core per actor (sum of P_k)."""
+        p = self.progress
+        return p.sum_billed_wall_s if self.cfg.cluster else p.sum_round_s
+
     def summary(self, tracking_uri: str = "", checkpoint: str = "") -> RunSummary:
         p = self.progress
         last = self.last
@@ -305,22 +349,26 @@ class TrainingSession:
             seed=self.cfg.seed, stop_reason=p.stop_reason, rounds=p.round_index,
             final_return=last.mean_return if last else math.nan, best_return=p.best_return,
             env_steps=p.env_steps, cost_usd=p.spent_usd,
-            server_cluster_cost_usd=server_cluster_cost(p.sum_round_s, self.prices),
+            server_cluster_cost_usd=server_cluster_cost(self._cluster_basis_s(), self.prices),
             time_to_stop_s=p.sum_round_s, wall_time_s=p.sum_wall_s, history=tuple(p.history),
             scheduler_trace=self.scheduler.trace() if hasattr(self.scheduler, "trace") else None,
             tracking_uri=tracking_uri, checkpoint=checkpoint,
-            server_cluster_cost_no_startup_usd=server_cluster_cost(p.sum_round_s, self.prices,
+            server_cluster_cost_no_startup_usd=server_cluster_cost(self._cluster_basis_s(), self.prices,
                                                                    with_startup=False),
             actors_cost_usd=p.actors_usd, learner_cost_usd=p.learner_usd,
             startup_cost_usd=p.startup_usd, projected_aci_startup_usd=p.projected_aci_startup_usd,
-            learner_device=self.learner_device, stop_detail=p.stop_detail)
+            learner_device=self.learner_device, stop_detail=p.stop_detail, system=self.cfg.system)
 
     def bill_lost_attempt(self, lost: LostAttempt) -> float:
         """Bill once what an attempt of the next round was billed before a crash cut it short."""
         p = self.progress
         if lost.round_index != p.round_index or lost.attempt_id in p.billed_attempts:
             return 0.0
-        cost = round_cost(lost.learner_s, list(lost.actor_billed_s), self.prices, self.learner_device)
+        if self.cfg.cluster:  # the cluster ran while the attempt did: its span, at least
+            cost = server_cluster_cost(lost.learner_s + max(lost.actor_billed_s, default=0.0), self.prices,
+                                       with_startup=False)
+        else:
+            cost = round_cost(lost.learner_s, list(lost.actor_billed_s), self.prices, self.learner_device)
         p.spent_usd += cost
         p.lost_usd += cost
         p.billed_attempts.append(lost.attempt_id)

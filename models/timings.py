@@ -45,7 +45,8 @@ class ActorTimings:
     weight_transfer_s: float | None = None
     """Work pool: downloading the weights from storage."""
     worker_pid: int | None = None
-    """Dask: the worker process that ran the actor."""
+    """The worker process that ran the actor (local and dask backends): a server cluster's
+    actors are the same processes every round."""
     attempts: int = 1
     """Attempts this actor took (retries after a crash or timeout)."""
     failed_attempts_billed_s: float = 0.0

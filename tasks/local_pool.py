@@ -53,6 +53,7 @@ def _worker_main(conn: Connection, warm_env_id: str | None) -> None:
             conn.send((_ERROR, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
             continue
         batch.timings.sent_at = time.time()
+        batch.timings.worker_pid = os.getpid()
         conn.send((_BATCH, batch))
 
 

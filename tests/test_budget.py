@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -74,3 +76,20 @@ def test_calibration_leaves_the_policy_and_the_random_state_untouched():
     assert step_s > 0
     assert torch.equal(torch.get_rng_state(), rng)
     assert all(torch.equal(before[k], v) for k, v in policy.state_dict().items())
+
+
+def test_a_cluster_round_is_bounded_by_its_wall_time_at_the_cluster_price(prices):
+    from models.budget import cluster_round_bound
+
+    shape = dataclasses.replace(SHAPE, host_cores=2)
+    prior_wall = 2 * (10.0 + 64 * 0.0025) + 5.0  # 2 waves of prior actors + the overhead prior
+    bound = cluster_round_bound(4, shape, Measured(), prices, startup_due=True)
+    learner_s = SHAPE.learner_s_per_unit_calibrated * SHAPE.units(4 * 64)
+    assert bound.actors_usd + bound.learner_usd == pytest.approx(
+        BOUND_MARGIN * (prior_wall + learner_s) * prices.server_per_s)
+    assert bound.startup_usd == pytest.approx(300.0 * prices.server_per_s)
+    measured = Measured()
+    measured.observe([1.0] * 4, 0.5, 4 * 64, SHAPE, wall_s=7.0)
+    later = cluster_round_bound(4, shape, measured, prices)
+    assert later.total_usd == pytest.approx(BOUND_MARGIN * 7.0 * prices.server_per_s)
+    assert later.learner_usd == pytest.approx(BOUND_MARGIN * 7.0 * prices.server_learner_per_s)

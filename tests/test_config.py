@@ -186,3 +186,49 @@ def test_a_resume_may_change_only_where_and_how_long_it_runs():
         stored.with_changes(resolve_run_changes({"env": "Acrobot-v1"}, stored))
     with pytest.raises(ConfigError, match=r"cannot change \['ppo', 'seed'\]"):
         stored.with_changes(resolve_run_changes({"seed": 3, "ppo": {"gamma": 0.5}}, stored))
+
+
+# -- the server cluster as a system ---------------------------------------------------------
+
+def cluster_prices(tmp_path, cores: int = 3):
+    from importlib import resources
+    path = tmp_path / "cluster_prices.toml"
+    path.write_text(resources.files("models.data").joinpath("prices.toml").read_text()
+                    .replace("actor_cores = 32", f"actor_cores = {cores}"))
+    return str(path)
+
+
+def test_a_server_cluster_runs_its_actor_cores_as_local_workers(tmp_path):
+    cfg = resolve(system="server-cluster")
+    assert (cfg.system, cfg.scheduler, cfg.backend, cfg.bill_cluster_startup) == (
+        "server-cluster", "fixed:32", LocalBackendSpec(workers=32), True)
+    small = resolve(system="server-cluster", prices_file=cluster_prices(tmp_path), bill_cluster_startup=False)
+    assert (small.scheduler, small.backend.workers, small.bill_cluster_startup) == ("fixed:3", 3, False)
+    assert resolve(system="server-cluster", scheduler="max", i_max=32).scheduler == "max"
+    assert resolve().system == "serverless"
+
+
+@pytest.mark.parametrize(("overrides", "match"), [
+    ({"scheduler": "fixed:8"}, r"use scheduler fixed:32 \(or max with i_max=32\), not 'fixed:8'"),
+    ({"scheduler": "adapt"}, "use scheduler fixed:32"),
+    ({"scheduler": "max", "i_max": 16}, r"not 'max' with i_max=16"),
+    ({"scheduler": "fixed:32", "i_max": 16}, "with i_max=16"),
+    ({"backend": "work-pool"}, "backend 'work-pool' starts actors per round.*use backend local"),
+    ({"backend": "dask"}, "backend 'dask'.*use backend local"),
+    ({"local_workers": 2}, r"one worker process per actor core of the cluster \(32\); local_workers=2"),
+    ({"system": "cloud"}, "system must be one of serverless, server-cluster"),
+    ({"bill_cluster_startup": "yes"}, "bill_cluster_startup must be true or false"),
+])
+def test_a_server_cluster_refuses_what_it_cannot_run(overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        resolve(**{"system": "server-cluster", **overrides})
+
+
+def test_a_server_cluster_run_cannot_resume_on_another_backend():
+    from models.presets import resolve_run_changes
+
+    stored = resolve(system="server-cluster")
+    with pytest.raises(ConfigError, match="use backend local"):
+        stored.with_changes(resolve_run_changes({"backend": "dask"}, stored))
+    with pytest.raises(ConfigError, match=r"cannot change \['system'\]"):
+        stored.with_changes(resolve_run_changes({"system": "serverless"}, stored))

@@ -8,6 +8,7 @@ from models.config import ConfigError
 from models.cost import (
     PriceTable,
     Resources,
+    bill_cluster_round,
     bill_round,
     round_cost,
     round_time,
@@ -148,12 +149,16 @@ memory_gb = 2.0
 [server_cluster]
 price_per_hour = 3.6
 startup_s = 0.0
+learner_vm_per_hour = 1.6
+actor_vm_per_hour = 1.0
+actor_vms = 2
 
 [budget_prior]
 actor_startup_s_local = 1.0
 actor_startup_s_dask = 2.0
 actor_startup_s_work_pool = 3.0
 actor_step_s = 0.001
+round_overhead_s = 1.0
 """
 
 
@@ -239,3 +244,43 @@ def test_price_table_round_trips_through_plain_data_and_old_configurations_load(
     assert PriceTable.from_dict(raw) == prices
     old = {k: v for k, v in raw.items() if k not in ("learner_cpu", "prior", "aci_startup_s")}
     assert PriceTable.from_dict(old) == prices  # a configuration stored before these rows
+
+
+# -- the server cluster as a system: billed for its wall time ------------------------------
+
+def test_the_cluster_price_is_split_into_its_learner_and_actor_vms(prices):
+    assert prices.server_learner_per_s == pytest.approx(3.06 / 3600, rel=1e-12)
+    assert prices.server_actors_per_s == pytest.approx(4 * 1.008 / 3600, rel=1e-12)
+    assert prices.server_learner_per_s + prices.server_actors_per_s == pytest.approx(prices.server_per_s, rel=1e-12)
+    assert "NC6s_v3" in prices.server_parts_source and "E16-8s_v5" in prices.server_parts_source
+
+
+@pytest.mark.parametrize("wall_s", [0.0, 1.5, 60.0, 3600.0])
+def test_a_cluster_round_bills_price_times_wall_and_its_parts_add_up(prices, wall_s):
+    bill = bill_cluster_round(wall_s, "cpu", prices)
+    assert bill.round_usd == pytest.approx(7.092 / 3600 * wall_s, rel=1e-12, abs=1e-15)
+    assert bill.startup_usd == 0.0 and bill.projected_aci_startup_usd == 0.0
+    assert bill.actors_usd + bill.learner_usd + bill.startup_usd == bill.round_usd
+    assert bill.learner_usd == pytest.approx(3.06 / 3600 * wall_s, rel=1e-12, abs=1e-15)
+
+
+def test_the_cluster_start_up_is_billed_once_when_asked(prices):
+    walls = [2.0, 3.0, 4.5]
+    bills = [bill_cluster_round(w, "cuda", prices, with_startup=k == 0) for k, w in enumerate(walls)]
+    total = sum(b.round_usd for b in bills)
+    assert total == pytest.approx((300.0 + sum(walls)) * 7.092 / 3600, rel=1e-12)
+    assert total == pytest.approx(server_cluster_cost(sum(walls), prices), rel=1e-12)
+    assert [b.startup_usd > 0 for b in bills] == [True, False, False]
+    unasked = sum(bill_cluster_round(w, "cuda", prices).round_usd for w in walls)
+    assert unasked == pytest.approx(server_cluster_cost(sum(walls), prices, with_startup=False), rel=1e-12)
+    assert {b.learner_device for b in bills} == {"cuda"}
+
+
+def test_cluster_parts_that_do_not_add_up_to_its_price_are_refused(tmp_path):
+    path = tmp_path / "prices.toml"
+    path.write_text(USER_TABLE.replace("learner_vm_per_hour = 1.6", "learner_vm_per_hour = 2.0"))
+    with pytest.raises(ConfigError, match="must equal price_per_hour"):
+        PriceTable.load(path)
+    path.write_text(USER_TABLE.replace("actor_vms = 2\n", ""))
+    with pytest.raises(ConfigError, match=r"missing key 'actor_vms' in \[server_cluster\]"):
+        PriceTable.load(path)

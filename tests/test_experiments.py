@@ -86,6 +86,8 @@ def test_transfer_end_to_end_on_a_workload_the_source_never_saw(prefect_api_url,
 
 def test_compare_sweeps_fixed_counts_and_judges_the_learned_scheduler_against_the_best(
         prefect_api_url, mlflow_uri, tmp_path):
+    from importlib import resources
+
     from prefect import get_client
     from prefect.client.schemas.filters import ArtifactCollectionFilter, ArtifactCollectionFilterKey
 
@@ -95,11 +97,21 @@ def test_compare_sweeps_fixed_counts_and_judges_the_learned_scheduler_against_th
     from models.scheduler_agent import SchedulerAgent
 
     learned = save_scheduler(tmp_path / "s.pt", SchedulerAgent(2, seed=3), meta={})
+    prices = tmp_path / "prices.toml"  # a 2-core server cluster
+    prices.write_text(resources.files("models.data").joinpath("prices.toml").read_text()
+                      .replace("actor_cores = 32", "actor_cores = 2"))
     # J=15: a fresh CartPole policy's episodes average about 20, so every run stops at round 0
     result = compare_schedulers(seeds=[0], learned=str(learned), baselines=[], sweep=[1, 2],
-                                target_return=15.0, tracking_uri=mlflow_uri,
+                                target_return=15.0, tracking_uri=mlflow_uri, prices_file=str(prices),
                                 checkpoint_dir=str(tmp_path / "ckpt"), **{**TINY, "i_max": 2})
     rows = {r["scheduler"]: r for r in result["rows"]}
+    # the server cluster's rows are its own runs (not another scheduler's re-priced)
+    cluster = result["runs"]["server cluster"]
+    assert [s.system for s in cluster] == ["server-cluster"]
+    assert rows["server cluster"]["cost_usd_mean"] == pytest.approx(cluster[0].server_cluster_cost_usd)
+    assert rows["server cluster without start-up"]["cost_usd_mean"] == pytest.approx(
+        cluster[0].server_cluster_cost_no_startup_usd)
+    assert MlflowClient(mlflow_uri).get_run(cluster[0].run_id).data.tags["minionsrl.system"] == "server-cluster"
     sweep = [rows["fixed:1"], rows["fixed:2"]]
     assert all(r["reached"] == 1 for r in sweep)
     cheapest = min(sweep, key=lambda r: (r["cost_usd_mean"], r["time_s_mean"]))
@@ -110,7 +122,8 @@ def test_compare_sweeps_fixed_counts_and_judges_the_learned_scheduler_against_th
         rows["learned"]["cost_usd_mean"] / cheapest["cost_usd_mean"])
     assert f"time <= best fixed ({cheapest['scheduler']})" in result["checks"]
 
-    # while it ran: the experiment's progress (3 runs planned: learned, fixed:1, fixed:2) and run table
+    # while it ran: the experiment's progress (4 runs planned: learned, fixed:1, fixed:2, the cluster)
+    # and run table
     keys = [artifact_key(kind, result["run_id"]) for kind in ("experiment-progress", "experiment-runs")]
     with get_client(sync_client=True) as prefect:
         latest = {a.key: a for a in prefect.read_latest_artifacts(
@@ -119,11 +132,11 @@ def test_compare_sweeps_fixed_counts_and_judges_the_learned_scheduler_against_th
         owner = prefect.read_flow(prefect.read_flow_run(progress.flow_run_id).flow_id)
     assert owner.name == "compare-schedulers" and table.flow_run_id == progress.flow_run_id
     assert float(progress.data) == 100.0
-    assert progress.description.startswith("3 of 3 runs done; last: fixed:2 seed 0: J reached in 1 rounds")
+    assert progress.description.startswith("4 of 4 runs done; last: server cluster seed 0: J reached in 1 rounds")
     runs = json.loads(table.data)  # versions after 2 runs and at the end
     assert [(r["scheduler"], r["seed"], r["target reached"]) for r in runs] == [
-        ("learned", 0, "yes"), ("fixed:1", 0, "yes"), ("fixed:2", 0, "yes")]
-    assert [r["cost ($)"] for r in runs[1:]] == pytest.approx(
+        ("learned", 0, "yes"), ("fixed:1", 0, "yes"), ("fixed:2", 0, "yes"), ("server cluster", 0, "yes")]
+    assert [r["cost ($)"] for r in runs[1:3]] == pytest.approx(
         [rows["fixed:1"]["cost_usd_mean"], rows["fixed:2"]["cost_usd_mean"]], abs=1e-7)  # rounded to 7 places
 
 

@@ -60,6 +60,7 @@ def test_train_two_rounds_two_actors(prefect_api_url, mlflow_uri, tmp_path):
     summary_metrics = client.get_run(summary.run_id).data.metrics
     assert summary_metrics["summary/server_cluster_cost_usd"] > summary_metrics["summary/server_cluster_cost_no_startup_usd"]
     assert run.data.tags["minionsrl.learner_device"] in ("cpu", "cuda")
+    assert run.data.tags["minionsrl.system"] == "serverless" and summary.system == "serverless"
     artifacts = [a.path for a in client.list_artifacts(run.info.run_id, "policy")]
     assert artifacts == ["policy/final_policy.pt"]
     assert (tmp_path / "ckpt" / summary.run_id / "latest.pt").exists()

@@ -133,12 +133,14 @@ class Experiment:
                                   "checkpoint_dir": self.checkpoint_dir or "checkpoints"})
         return getattr(cfg, name)
 
-    def train(self, scheduler: str, seed: int, label: str | None = None) -> RunSummary:
-        """A nested `train` run of this experiment's env and workload; `label`: its name in the
-        experiment's tables (default the scheduler)."""
+    def train(self, scheduler: str, seed: int, label: str | None = None,
+              workload: dict[str, Any] | None = None) -> RunSummary:
+        """A nested `train` run of this experiment's env and workload (or `workload` in its
+        place: compare's server-cluster runs); `label`: its name in the experiment's tables
+        (default the scheduler)."""
         summary = train(env=self.env, scheduler=scheduler, seed=seed, tracking_uri=self.tracker.tracking_uri,
                         experiment=self.experiment, parent_run_id=self.run_id,
-                        checkpoint_dir=self.checkpoint_dir, **self.workload)
+                        checkpoint_dir=self.checkpoint_dir, **(self.workload if workload is None else workload))
         self.runs.append(ExperimentRun(label or scheduler, summary))
         self.count_done(1, experiment_run_result(self.runs[-1]))
         if table_due(len(self.runs), False, RUN_TABLE_EVERY):
