@@ -135,9 +135,15 @@ def _num(x: float, fmt: str = ".1f") -> str:
     return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, fmt)
 
 
+def _link(url: str) -> str:
+    """A markdown link that shows its URL (Prefect's renderer shows a bare URL's '&' as '&amp;',
+    so URLs with a query of two parts get a link text instead: mlflow_lines)."""
+    return f"[{url}]({url})"
+
+
 def open_hint(links: MlflowLinks) -> str:
     """How to open the run: the command that serves the store, then its URL (or the URL alone)."""
-    return f"`{links.ui_command}`, then {links.run_url}" if links.ui_command else links.run_url
+    return f"`{links.ui_command}`, then {_link(links.run_url)}" if links.ui_command else _link(links.run_url)
 
 
 def mlflow_lines(links: MlflowLinks) -> list[str]:
@@ -145,7 +151,8 @@ def mlflow_lines(links: MlflowLinks) -> list[str]:
     return ["## MLflow", "",
             f"Run `{links.run_id}` (experiment {links.experiment_id}) in `{links.tracking_uri}`.", "",
             f"Open it: {open_hint(links)}", "",
-            f"All runs of the workload, with return, time to J and cost as columns: {links.runs_url}", ""]
+            f"All runs of the workload, with return, time to J and cost as columns: "
+            f"[the runs table]({links.runs_url})", ""]
 
 
 def summary_markdown(summary: RunSummary, links: MlflowLinks, target_return: float, budget_usd: float) -> str:
@@ -156,7 +163,7 @@ def summary_markdown(summary: RunSummary, links: MlflowLinks, target_return: flo
         "",
         f"**Stopped: {s.stop_reason}**" + (f" ({s.stop_detail})" if s.stop_detail else ""),
         "",
-        "| | |",
+        "| figure | value |",
         "|---|---|",
         f"| rounds | {s.rounds} |",
         f"| target J reached | {'yes' if s.target_reached else 'no'} (J = {target_return:g}) |",
@@ -166,9 +173,9 @@ def summary_markdown(summary: RunSummary, links: MlflowLinks, target_return: flo
         f"| time to stop (sum of P_k) | {_num(s.time_to_stop_s, '.2f')} s |",
         f"| wall time (this machine) | {_num(s.wall_time_s, '.2f')} s |",
         f"| cost | {_money(s.cost_usd)} of B = ${budget_usd:g} |",
-        f"| &nbsp; actors | {_money(s.actors_cost_usd)} |",
-        f"| &nbsp; learner ({s.learner_device or 'n/a'}) | {_money(s.learner_cost_usd)} |",
-        f"| &nbsp; start-up | {_money(s.startup_cost_usd)} |",
+        f"| ↳ actors | {_money(s.actors_cost_usd)} |",
+        f"| ↳ learner ({s.learner_device or 'n/a'}) | {_money(s.learner_cost_usd)} |",
+        f"| ↳ start-up | {_money(s.startup_cost_usd)} |",
         f"| server cluster, same time | {_money(s.server_cluster_cost_usd)} with its start-up, "
         f"{_money(s.server_cluster_cost_no_startup_usd)} without |",
         "",
@@ -304,7 +311,7 @@ def impact_summary_markdown(s: ImpactSummary, links: MlflowLinks, target_return:
         "",
         f"**Stopped: {s.stop_reason}**",
         "",
-        "| | |",
+        "| figure | value |",
         "|---|---|",
         f"| chunks | {s.chunks} |",
         f"| learner steps | {s.learner_steps} |",

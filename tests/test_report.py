@@ -84,8 +84,8 @@ def test_summary_says_why_it_stopped_what_it_cost_and_where_to_look():
     assert "**Stopped: target_reached** (target: round 2 returned 480 >= J=475)" in text
     assert "| rounds | 3 |" in text and "| final return | 480.0 |" in text
     assert "| cost | $0.004500 of B = $0.05 |" in text
-    for part in ("| &nbsp; actors | $0.003000 |", "| &nbsp; learner (cpu) | $0.001000 |",
-                 "| &nbsp; start-up | $0.000500 |"):
+    for part in ("| ↳ actors | $0.003000 |", "| ↳ learner (cpu) | $0.001000 |",
+                 "| ↳ start-up | $0.000500 |"):
         assert part in text
     assert "mlflow ui --backend-store-uri sqlite:////tmp/m/mlflow.db" in text
     # opened in MLflow's model-training UI, not its GenAI one
