@@ -105,6 +105,7 @@ def impact(
     prices_file: str | None = None,
     tracking_uri: str | None = None,
     experiment: str | None = None,
+    parent_run_id: str | None = None,
 ) -> ImpactSummary:
     """Train with IMPACT: always-on actors, a circular buffer, a target network and V-trace.
 
@@ -128,6 +129,7 @@ def impact(
         prices_file: TOML price table overriding the packaged models/data/prices.toml.
         tracking_uri: MLflow store; default MLFLOW_TRACKING_URI or ./mlruns/mlflow.db.
         experiment: MLflow experiment name; default minionsrl/<env>.
+        parent_run_id: MLflow run to nest this run under (an experiment's parent run).
     """
     cfg = prepare_impact(given_arguments(locals()))
     logger = get_run_logger()
@@ -142,6 +144,8 @@ def impact(
             "minionsrl.backend": cfg.backend, "minionsrl.learner_device": device}
     if flow_run_context.id:
         tags["prefect.flow_run_id"] = str(flow_run_context.id)
+    if cfg.parent_run_id:
+        tags["mlflow.parentRunId"] = cfg.parent_run_id
     run_name = f"{cfg.env_id}__impact__{cfg.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
     run_id = tracker.start(cfg.experiment, run_name, params=cfg.to_dict(), tags=tags)
     artifacts = ImpactArtifacts(cfg, tracker, logger)  # Prefect: progress, chunk table, summary

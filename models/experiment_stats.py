@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 if TYPE_CHECKING:
+    from models.impact import ImpactSummary
     from models.session import RunSummary
 
 
@@ -97,6 +98,19 @@ def aggregate(label: str, summaries: Sequence[RunSummary], cost_key: str = "cost
     return AggregateRow(label=label, runs=len(summaries), reached=sum(bool(s.target_reached) for s in summaries),
                         time_s_mean=time_m, time_s_std=time_s, cost_usd_mean=cost_m, cost_usd_std=cost_s,
                         rounds_mean=rounds_m, actors_mean=actors_m)
+
+
+def aggregate_impact(label: str, summaries: Sequence[ImpactSummary], actors: int,
+                     cost_key: str = "server_cluster_cost_usd") -> AggregateRow:
+    """One row for IMPACT runs. IMPACT has no rounds and no P_k: its time is its wall time to
+    stop (actors and learner at once, on this machine), its rounds column its learner chunks,
+    and its cost the fixed server cluster it runs on (`cost_key`: with or without start-up)."""
+    time_m, time_s = mean_std([s.wall_s for s in summaries])
+    cost_m, cost_s = mean_std([getattr(s, cost_key) for s in summaries])
+    chunks_m, _ = mean_std([float(s.chunks) for s in summaries])
+    return AggregateRow(label=label, runs=len(summaries), reached=sum(bool(s.target_reached) for s in summaries),
+                        time_s_mean=time_m, time_s_std=time_s, cost_usd_mean=cost_m, cost_usd_std=cost_s,
+                        rounds_mean=chunks_m, actors_mean=float(actors))
 
 
 def actor_rounds(summary: RunSummary) -> int:

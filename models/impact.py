@@ -145,6 +145,8 @@ class ImpactRunConfig:
     prices: PriceTable = field(default_factory=PriceTable.load)
     tracking_uri: str = ""
     experiment: str = ""
+    parent_run_id: str | None = None
+    """MLflow run to nest this run under (the compare experiment's parent run)."""
 
     def validate(self) -> None:
         _check(math.isfinite(self.target_return), "target_return must be a finite number")

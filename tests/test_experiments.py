@@ -101,7 +101,7 @@ def test_compare_sweeps_fixed_counts_and_judges_the_learned_scheduler_against_th
     prices.write_text(resources.files("models.data").joinpath("prices.toml").read_text()
                       .replace("actor_cores = 32", "actor_cores = 2"))
     # J=15: a fresh CartPole policy's episodes average about 20, so every run stops at round 0
-    result = compare_schedulers(seeds=[0], learned=str(learned), baselines=[], sweep=[1, 2],
+    result = compare_schedulers(seeds=[0], learned=str(learned), baselines=["impact"], sweep=[1, 2],
                                 target_return=15.0, tracking_uri=mlflow_uri, prices_file=str(prices),
                                 checkpoint_dir=str(tmp_path / "ckpt"), **{**TINY, "i_max": 2})
     rows = {r["scheduler"]: r for r in result["rows"]}
@@ -112,6 +112,15 @@ def test_compare_sweeps_fixed_counts_and_judges_the_learned_scheduler_against_th
     assert rows["server cluster without start-up"]["cost_usd_mean"] == pytest.approx(
         cluster[0].server_cluster_cost_no_startup_usd)
     assert MlflowClient(mlflow_uri).get_run(cluster[0].run_id).data.tags["minionsrl.system"] == "server-cluster"
+    # IMPACT is a row of its own: its nested run, its wall time, billed as the cluster
+    (impact,) = result["impact_runs"]
+    assert impact.target_reached and rows["impact"]["reached"] == 1
+    assert rows["impact"]["time_s_mean"] == rows["impact"]["wall_s_mean"] == pytest.approx(impact.wall_s)
+    assert rows["impact"]["cost_usd_mean"] == pytest.approx(impact.server_cluster_cost_usd)
+    assert rows["impact without start-up"]["cost_usd_mean"] == pytest.approx(impact.server_cluster_cost_no_startup_usd)
+    impact_run = MlflowClient(mlflow_uri).get_run(impact.run_id).data.tags
+    assert impact_run["mlflow.parentRunId"] == result["run_id"] and impact_run["minionsrl.system"] == "impact"
+    assert rows["learned"]["wall_s_mean"] > 0
     sweep = [rows["fixed:1"], rows["fixed:2"]]
     assert all(r["reached"] == 1 for r in sweep)
     cheapest = min(sweep, key=lambda r: (r["cost_usd_mean"], r["time_s_mean"]))
@@ -122,8 +131,8 @@ def test_compare_sweeps_fixed_counts_and_judges_the_learned_scheduler_against_th
         rows["learned"]["cost_usd_mean"] / cheapest["cost_usd_mean"])
     assert f"time <= best fixed ({cheapest['scheduler']})" in result["checks"]
 
-    # while it ran: the experiment's progress (4 runs planned: learned, fixed:1, fixed:2, the cluster)
-    # and run table
+    # while it ran: the experiment's progress (5 runs planned: learned, fixed:1, fixed:2, the cluster,
+    # IMPACT) and run table (its `train` runs)
     keys = [artifact_key(kind, result["run_id"]) for kind in ("experiment-progress", "experiment-runs")]
     with get_client(sync_client=True) as prefect:
         latest = {a.key: a for a in prefect.read_latest_artifacts(
@@ -132,7 +141,7 @@ def test_compare_sweeps_fixed_counts_and_judges_the_learned_scheduler_against_th
         owner = prefect.read_flow(prefect.read_flow_run(progress.flow_run_id).flow_id)
     assert owner.name == "compare-schedulers" and table.flow_run_id == progress.flow_run_id
     assert float(progress.data) == 100.0
-    assert progress.description.startswith("4 of 4 runs done; last: server cluster seed 0: J reached in 1 rounds")
+    assert progress.description.startswith("5 of 5 runs done; last: impact seed 0: J reached")
     runs = json.loads(table.data)  # versions after 2 runs and at the end
     assert [(r["scheduler"], r["seed"], r["target reached"]) for r in runs] == [
         ("learned", 0, "yes"), ("fixed:1", 0, "yes"), ("fixed:2", 0, "yes"), ("server cluster", 0, "yes")]
@@ -145,6 +154,8 @@ def test_experiments_refuse_unknown_workload_before_any_run(prefect_api_url, mlf
 
     with pytest.raises(ConfigError, match="fragmnt"):
         compare_schedulers(seeds=[0], fragmnt=128, tracking_uri=mlflow_uri)
+    with pytest.raises(ConfigError, match="vector observations"):  # IMPACT's MLP: before any run
+        compare_schedulers(env="QbertNoFrameskip-v4", seeds=[0], baselines=["impact"], tracking_uri=mlflow_uri)
     with pytest.raises(ConfigError, match="backend"):  # scheduler training takes the workload only
         scheduler_transfer(backend="dask", tracking_uri=mlflow_uri)
     client = MlflowClient(mlflow_uri)

@@ -30,6 +30,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--finetune-episodes", type=int, default=10)
     p.add_argument("--scratch-episodes", type=int, help="default: as many as --finetune-episodes")
     p.add_argument("--batch-episodes", type=int, help="transfer: episodes per scheduler update (2)")
+    p.add_argument("--baselines", nargs="*",
+                   help="compare: the other systems (default max adapt impact; none: --baselines)")
+    p.add_argument("--sweep", type=int, nargs="*",
+                   help="compare: the N of the Fixed(N) sweep (default 1 2 4 8 16 32; none: --sweep)")
     p.add_argument("--experiment-name")
     add_workload_arguments(p)
     return p
@@ -41,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     options = {"experiment": args.experiment_name, **workload_arguments(args, *more)}
     with prefect_api():
         if args.experiment == "compare":
-            result = compare_schedulers(seeds=args.seeds, learned=args.learned, **options)
+            result = compare_schedulers(seeds=args.seeds, learned=args.learned, baselines=args.baselines,
+                                        sweep=args.sweep, **options)
         elif args.experiment == "motivation":
             result = motivation(seeds=args.seeds, **options)
         elif args.experiment == "actors-curve":

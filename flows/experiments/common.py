@@ -38,6 +38,7 @@ from flows.tracking import RunTracker  # noqa: E402
 from flows.train import train  # noqa: E402
 from models.config import ConfigError  # noqa: E402
 from models.experiment_stats import AggregateRow, TableRow, finite_row, markdown_table  # noqa: E402
+from models.impact import ImpactSummary  # noqa: E402
 from models.learned_scheduler import SHIPPED  # noqa: E402
 from models.presets import resolve_run_config  # noqa: E402
 from models.report import (  # noqa: E402
@@ -145,6 +146,24 @@ class Experiment:
         self.count_done(1, experiment_run_result(self.runs[-1]))
         if table_due(len(self.runs), False, RUN_TABLE_EVERY):
             self._publish_runs()
+        return summary
+
+    def impact_config(self, seed: int) -> dict[str, Any]:
+        """The `impact` flow's parameters for this experiment's env at `seed`: the same J and
+        price table as its `train` runs, nested under its parent run; validated by the caller
+        (flows/impact.py prepare_impact) before any run starts."""
+        return {"env": self.env, "seed": seed, "target_return": float(self.setting("target_return")),
+                "prices_file": self.workload.get("prices_file"), "tracking_uri": self.tracker.tracking_uri,
+                "experiment": self.experiment, "parent_run_id": self.run_id}
+
+    def impact(self, seed: int) -> ImpactSummary:
+        """A nested IMPACT training (flows/impact.py) of this experiment's env, counted in its progress."""
+        from flows.impact import impact
+
+        summary = impact(**self.impact_config(seed))
+        stop = "J reached" if summary.target_reached else summary.stop_reason
+        self.count_done(1, f"impact seed {seed}: {stop} after {summary.env_steps} env steps "
+                           f"({summary.wall_s:.1f} s wall, ${summary.server_cluster_cost_usd:.4f} as the cluster)")
         return summary
 
     def _publish_progress(self, finished: bool = False) -> None:

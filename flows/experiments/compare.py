@@ -13,18 +13,22 @@ import matplotlib.pyplot as plt
 from prefect import flow, get_run_logger
 
 from flows.experiments.common import LEARNED, Experiment, bars, learned_spec
+from flows.impact import prepare_impact
 from models.config import SYSTEM_CLUSTER
 from models.cost import PriceTable
 from models.experiment_stats import (
     FIXED_SWEEP,
     aggregate,
+    aggregate_impact,
     best_fixed,
     fixed_sweep,
     judge_against_best_fixed,
+    mean_std,
     metric_label,
     row_metrics,
     stripped,
 )
+from models.impact import ImpactSummary
 from models.session import RunSummary
 
 
@@ -40,8 +44,12 @@ def compare_schedulers(
     checkpoint_dir: str | None = None,
     **workload: Any,
 ) -> dict[str, Any]:
-    """Time (sum of P_k) and cost to J for the learned scheduler, Max, Adapt and the server-based
-    fixed cluster, mean and std over seeds (the paper's Table 2; BENCHMARKS.md).
+    """Time (sum of P_k) and cost to J for the learned scheduler, Max, Adapt, the server-based
+    fixed cluster and IMPACT, mean and std over seeds (the paper's Table 2; BENCHMARKS.md).
+
+    IMPACT (the `impact` flow, nested) has no rounds: its time is its wall time, and it is billed
+    as the server cluster it needs (with and without start-up); every row also carries its wall
+    time on this machine (wall_s_mean).
 
     The server-based rows are real `system=server-cluster` runs on the same seeds: the price
     table's cluster (its actor_cores, 32 packaged, every round, on worker processes started
@@ -56,7 +64,8 @@ def compare_schedulers(
         env: the workload's gymnasium env id.
         seeds: the seeds every scheduler runs on (default 0-4).
         learned: the learned scheduler: a file path, a packaged name (cartpole) or an MLflow URI.
-        baselines: the other schedulers (default max and adapt), as `train` scheduler specs.
+        baselines: the other systems (default max, adapt and impact): `train` scheduler specs, and
+            impact for the IMPACT baseline (flows/impact.py, its preset for env, the same J).
         sweep: the N of the Fixed(N) runs (default 1, 2, 4, 8, 16, 32 up to i_max; [] for none).
         tracking_uri: MLflow store; default MLFLOW_TRACKING_URI or ./mlruns/mlflow.db.
         experiment: MLflow experiment of the parent run and its nested runs; default
@@ -66,13 +75,18 @@ def compare_schedulers(
     """
     logger = get_run_logger()
     seeds = [0, 1, 2, 3, 4] if seeds is None else seeds
-    baselines = ["max", "adapt"] if baselines is None else baselines
+    baselines = ["max", "adapt", "impact"] if baselines is None else baselines
+    with_impact = "impact" in baselines
+    if with_impact:  # bad IMPACT input (an image env, a price file) is refused before any run
+        for seed in seeds:
+            prepare_impact({k: v for k, v in {"env": env, "seed": seed,
+                                              "prices_file": workload.get("prices_file")}.items() if v is not None})
     with Experiment("compare_schedulers", env, {"seeds": seeds, "learned": learned, "baselines": baselines},
                     workload, tracking_uri, experiment, checkpoint_dir) as exp:
         i_max = exp.setting("i_max")
         cluster = cluster_workload(exp)
         specs = {"learned": learned_spec(learned)}
-        specs.update({b: b for b in baselines})
+        specs.update({b: b for b in baselines if b != "impact"})
         sweep_specs = fixed_sweep(i_max, FIXED_SWEEP if sweep is None else sweep)
         # Max is Fixed(i_max): its runs stand for that count of the sweep, run once
         same_as_max = f"fixed:{i_max}" if "max" in specs and f"fixed:{i_max}" in sweep_specs else None
@@ -81,7 +95,8 @@ def compare_schedulers(
                 specs.setdefault(spec, spec)
         runs: dict[str, list[RunSummary]] = {label: [] for label in specs}
         cluster_runs: list[RunSummary] = []
-        exp.plan(len(seeds) * (len(specs) + 1))  # + the server cluster's run per seed
+        impact_runs: list[ImpactSummary] = []
+        exp.plan(len(seeds) * (len(specs) + 1 + with_impact))  # + the server cluster's (and IMPACT's) run per seed
         for seed in seeds:
             for label, spec in specs.items():
                 s = exp.train(spec, seed, label)
@@ -89,6 +104,8 @@ def compare_schedulers(
                 logger.info("%s seed %d: %s in %d rounds, time %.2fs, cost $%.5f", label, seed,
                             s.stop_reason, s.rounds, s.time_to_stop_s, s.cost_usd)
             cluster_runs.append(exp.train(f"fixed:{cluster['i_max']}", seed, "server cluster", workload=cluster))
+            if with_impact:
+                impact_runs.append(exp.impact(seed))
         if same_as_max:
             runs[same_as_max] = runs["max"]
             specs[same_as_max] = same_as_max
@@ -97,6 +114,15 @@ def compare_schedulers(
         # the cluster's start-up is an assumed price-table value: report the cluster without it too
         rows.append(aggregate("server cluster without start-up", cluster_runs,
                               cost_key="server_cluster_cost_no_startup_usd"))
+        rows = [r.with_columns(wall_s_mean=mean_std(
+            [s.wall_time_s for s in (cluster_runs if r.label.startswith("server cluster") else runs[r.label])])[0])
+            for r in rows]
+        if with_impact:  # its time is its wall time: IMPACT has no rounds, so no P_k
+            impact_actors = prepare_impact(exp.impact_config(seeds[0])).impact.actors
+            for label, key in (("impact", "server_cluster_cost_usd"),
+                               ("impact without start-up", "server_cluster_cost_no_startup_usd")):
+                row = aggregate_impact(label, impact_runs, impact_actors, cost_key=key)
+                rows.append(row.with_columns(wall_s_mean=row.time_s_mean))
         best = best_fixed(rows)
         if best is not None:
             rows.append(dataclasses.replace(best, label=f"best fixed ({best.label})"))
@@ -125,13 +151,18 @@ def compare_schedulers(
         fig.suptitle(f"{env}: schedulers over seeds {seeds} (mean ± std; reached J: "
                      + ", ".join(f"{r.label} {r.reached}/{r.runs}" for r in rows) + ")",
                      fontsize=9)
-        md = ("Time is the sum of P_k (one core per actor); serverless cost bills execution "
-              "seconds (actors, learner on its own device, start-up); the server cluster is billed "
-              "for all wall time, shown with and without its assumed start-up.\n\n"
+        md = ("Time is the sum of P_k (one core per actor), except IMPACT's, which is its wall time "
+              "(it has no rounds); wall_s_mean is every row's wall time on this machine. Serverless "
+              "cost bills execution seconds (actors, learner on its own device, start-up); the server "
+              "cluster, and IMPACT on it, are billed for all wall time, shown with and without the "
+              "cluster's assumed start-up.\n\n"
               + "\n".join(f"- {k}: {'yes' if v else 'no'}" for k, v in checks.items()))
         runs["server cluster"] = cluster_runs
-        out = exp.publish(fig, rows, md, {"metrics": metrics, "checks": checks, "runs": stripped(runs)})
-        return {"rows": [r.as_dict() for r in rows], "metrics": metrics, "checks": checks, **out, "runs": runs}
+        results = {"metrics": metrics, "checks": checks, "runs": stripped(runs),
+                   "impact_runs": [dataclasses.asdict(s) for s in impact_runs]}
+        out = exp.publish(fig, rows, md, results)
+        return {"rows": [r.as_dict() for r in rows], "metrics": metrics, "checks": checks, **out, "runs": runs,
+                "impact_runs": impact_runs}
 
 
 CLUSTER_BUDGET_USD = 1e6
