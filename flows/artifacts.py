@@ -24,6 +24,7 @@ from models.report import (
     MlflowLinks,
     Progress,
     artifact_key,
+    episode_rows,
     episodes_progress,
     failure_markdown,
     impact_chunk_rows,
@@ -270,11 +271,17 @@ class EpisodeArtifacts:
     def __init__(self, run_id: str, total: int, done: int, logger):
         self.total = total
         self.publisher = ArtifactPublisher(run_id, logger)
-        self.keys = {kind: self.publisher.key(kind) for kind in ("scheduler-progress", "scheduler-summary")}
+        self.keys = {kind: self.publisher.key(kind)
+                     for kind in ("scheduler-progress", "scheduler-episodes", "scheduler-summary")}
         self.episodes_done(done)
 
-    def episodes_done(self, done: int, last_reward: float | None = None) -> None:
+    def episodes_done(self, done: int, last_reward: float | None = None,
+                      episodes: list[dict[str, Any]] | None = None) -> None:
+        """After each batch of episodes: progress, and the table of this run's episodes so far."""
         self.publisher.progress("scheduler-progress", episodes_progress(done, self.total, last_reward))
+        if episodes:
+            self.publisher.table("scheduler-episodes", episode_rows(episodes),
+                                 f"scheduler training: episodes {episodes[0]['episode']}..{episodes[-1]['episode']}")
 
     def finished(self, env_id: str, episodes: list[dict[str, Any]], updates: int, scheduler_uri: str,
                  tracker: RunTracker) -> None:

@@ -253,7 +253,7 @@ def train_scheduler(
     status, results = "FAILED", []
     started = time.perf_counter()
     wall_before = entry["wall_s"]
-    artifacts = EpisodeArtifacts(run_id, episodes, done, logger)  # Prefect: progress and summary
+    artifacts = EpisodeArtifacts(run_id, episodes, done, logger)  # Prefect: progress, episodes, summary
     try:
         while done < episodes:
             batch = list(range(done, min(done + batch_episodes, episodes)))
@@ -285,7 +285,7 @@ def train_scheduler(
             meta["progress"] = {"episodes_done": done, "updates": sched_agent.updates}
             save_scheduler(ckpt, sched_agent, meta=meta)
             tracker.log_artifact(ckpt, ARTIFACT_DIR)
-            artifacts.episodes_done(done, results[-1]["episode/reward"] if results else None)
+            artifacts.episodes_done(done, results[-1]["episode/reward"] if results else None, results)
         artifacts.finished(env, results, sched_agent.updates, f"runs:/{run_id}/{ARTIFACT_DIR}/{ARTIFACT_NAME}", tracker)
         if output:
             Path(output).parent.mkdir(parents=True, exist_ok=True)

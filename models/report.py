@@ -251,6 +251,19 @@ def episodes_progress(done: int, total: int, last_reward: float | None = None) -
     return Progress(min(100.0, 100.0 * done / max(total, 1)), f"{done} of {total} scheduler episodes done{reward}")
 
 
+EPISODE_COLUMNS = ("episode", "reward", "rounds", "J reached", "time to stop (s)", "cost ($)", "mean actors")
+
+
+def episode_rows(episodes: Sequence[dict[str, float]]) -> list[dict[str, str | float | int | None]]:
+    """A scheduler training's table: one row per episode (EPISODE_COLUMNS; time is the sum of
+    P_k), from the same episode/... metrics its MLflow run logs. NaN becomes None (JSON)."""
+    return [dict(zip(EPISODE_COLUMNS, (
+        int(e["episode"]), _finite(e["episode/reward"], 4), int(e["episode/rounds"]),
+        "yes" if e["episode/target_reached"] else "no", _finite(e["episode/time_to_stop_s"], 3),
+        round(e["episode/cost_usd"], 7), _finite(e["episode/actors_mean"], 2)), strict=True))
+        for e in episodes]
+
+
 def scheduler_summary_markdown(env_id: str, episodes: Sequence[dict[str, float]], updates: int,
                                scheduler_uri: str, links: MlflowLinks) -> str:
     """A scheduler training run's summary: its episodes (reward, rounds, target, time, cost) and

@@ -115,7 +115,7 @@ def test_scheduler_training_artifacts(prefect_api_url, caplog):
     @flow(name="ux-scheduler-artifacts")
     def training():
         artifacts = EpisodeArtifacts("feedface99", 4, 0, logging.getLogger("test-artifacts"))
-        artifacts.episodes_done(2, -1.5)
+        artifacts.episodes_done(2, -1.5, [episode])
         artifacts.finished("CartPole-v1", [episode], 1, "runs:/r/scheduler/scheduler.pt", tracker)
         return artifacts.keys
 
@@ -128,6 +128,11 @@ def test_scheduler_training_artifacts(prefect_api_url, caplog):
     assert float(by_key[keys["scheduler-progress"]].data) == 50.0
     assert by_key[keys["scheduler-progress"]].description == "2 of 4 scheduler episodes done, last reward -1.5"
     assert "| 0 | -1.5 | 7 | yes |" in by_key[keys["scheduler-summary"]].data
+    import json
+
+    assert json.loads(by_key[keys["scheduler-episodes"]].data) == [
+        {"episode": 0, "reward": -1.5, "rounds": 7, "J reached": "yes", "time to stop (s)": 3.25,
+         "cost ($)": 0.0012, "mean actors": 6.5}]
 
 
 @pytest.mark.e2e
