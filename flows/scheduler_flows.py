@@ -128,7 +128,7 @@ def episode_metrics(summary: RunSummary, rewards: np.ndarray) -> dict[str, float
     }
 
 
-@flow(name="train-scheduler", persist_result=False, validate_parameters=True,
+@flow(name="train-scheduler", flow_run_name="train-scheduler-{env}-{episodes}ep-seed{seed}", persist_result=False, validate_parameters=True,
       task_runner=ThreadPoolTaskRunner(max_workers=MAX_CONCURRENCY))
 def train_scheduler(
     env: str = "CartPole-v1",
@@ -301,7 +301,7 @@ def train_scheduler(
         tracker.finish(status)
 
 
-@flow(name="finetune-scheduler", persist_result=False, validate_parameters=True)
+@flow(name="finetune-scheduler", flow_run_name="finetune-scheduler-{env}", persist_result=False, validate_parameters=True)
 def finetune_scheduler(
     source: str = "cartpole",
     env: str = "Acrobot-v1",

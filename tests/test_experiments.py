@@ -138,8 +138,10 @@ def test_compare_sweeps_fixed_counts_and_judges_the_learned_scheduler_against_th
         latest = {a.key: a for a in prefect.read_latest_artifacts(
             artifact_filter=ArtifactCollectionFilter(key=ArtifactCollectionFilterKey(any_=keys)))}
         progress, table = latest[keys[0]], latest[keys[1]]
-        owner = prefect.read_flow(prefect.read_flow_run(progress.flow_run_id).flow_id)
+        flow_run = prefect.read_flow_run(progress.flow_run_id)
+        owner = prefect.read_flow(flow_run.flow_id)
     assert owner.name == "compare-schedulers" and table.flow_run_id == progress.flow_run_id
+    assert flow_run.name == "compare-CartPole-v1"  # named for what ran
     assert float(progress.data) == 100.0
     assert progress.description.startswith("5 of 5 runs done; last: impact seed 0: J reached")
     runs = json.loads(table.data)  # versions after 2 runs and at the end
@@ -200,7 +202,10 @@ def test_learned_spec_names_the_packaged_scheduler():
 
 @pytest.mark.parametrize(("argv", "flow_name", "expected"), [
     (["compare", "--seeds", "100", "101", "--i-max", "8"], "compare_schedulers",
-     {"seeds": [100, 101], "learned": "cartpole", "experiment": None, "i_max": 8}),
+     {"seeds": [100, 101], "learned": "cartpole", "experiment": None, "i_max": 8, "baselines": None,
+      "sweep": None}),
+    (["compare", "--baselines", "max", "impact", "--sweep"], "compare_schedulers",
+     {"seeds": None, "learned": "cartpole", "experiment": None, "baselines": ["max", "impact"], "sweep": []}),
     (["motivation", "--env", "Acrobot-v1", "--experiment-name", "m"], "motivation",
      {"seeds": None, "experiment": "m", "env": "Acrobot-v1"}),
     (["actors-curve", "--learned", "x.pt", "--ppo", '{"learning_rate": 0.001}'], "actors_curve",

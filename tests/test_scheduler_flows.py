@@ -54,6 +54,12 @@ def test_train_scheduler_resume_and_train_with_it(prefect_api_url, mlflow_uri, t
     for child in children:  # episodes log their policy file, not an MLflow model or plots
         assert {a.path for a in client.list_artifacts(child.info.run_id)} == {"policy"}
 
+    from prefect import get_client
+
+    with get_client(sync_client=True) as prefect:  # flow runs named for what ran
+        names = {r.name for r in prefect.read_flow_runs()}
+    assert {"train-scheduler-CartPole-v1-1ep-seed0", "train-scheduler-CartPole-v1-2ep-seed0"} <= names
+
     _, _, meta = load_scheduler(out)
     assert meta["progress"] == {"episodes_done": 2, "updates": 2}
     assert meta["trained_on"][0]["env"] == "CartPole-v1" and meta["trained_on"][0]["episodes"] == 2

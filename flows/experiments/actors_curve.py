@@ -14,7 +14,7 @@ from flows.experiments.common import LEARNED, Experiment, actor_steps, learned_s
 from models.experiment_stats import mean_curve, mean_phases, phase_row, summary_record
 
 
-@flow(name="actors-curve", persist_result=False, validate_parameters=True)
+@flow(name="actors-curve", flow_run_name="actors-curve-{env}", persist_result=False, validate_parameters=True)
 def actors_curve(
     env: str = "CartPole-v1",
     seeds: list[int] | None = None,

@@ -32,7 +32,7 @@ from models.impact import ImpactSummary
 from models.session import RunSummary
 
 
-@flow(name="compare-schedulers", persist_result=False, validate_parameters=True)
+@flow(name="compare-schedulers", flow_run_name="compare-{env}", persist_result=False, validate_parameters=True)
 def compare_schedulers(
     env: str = "CartPole-v1",
     seeds: list[int] | None = None,

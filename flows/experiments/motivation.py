@@ -15,7 +15,7 @@ from flows.experiments.common import Experiment, actor_steps, bars
 from models.experiment_stats import actor_rounds, aggregate, mean_std, row_metrics, stripped
 
 
-@flow(name="motivation", persist_result=False, validate_parameters=True)
+@flow(name="motivation", flow_run_name="motivation-{env}-n{n}", persist_result=False, validate_parameters=True)
 def motivation(
     env: str = "CartPole-v1",
     seeds: list[int] | None = None,

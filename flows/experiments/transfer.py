@@ -19,7 +19,7 @@ from models.config import ConfigError
 from models.experiment_stats import aggregate, row_metrics, stripped
 
 
-@flow(name="scheduler-transfer", persist_result=False, validate_parameters=True)
+@flow(name="scheduler-transfer", flow_run_name="transfer-to-{env}", persist_result=False, validate_parameters=True)
 def scheduler_transfer(
     env: str = "Acrobot-v1",
     source: str = LEARNED,
