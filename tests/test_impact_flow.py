@@ -177,8 +177,12 @@ def test_a_killed_dask_actor_is_resubmitted_and_the_run_goes_on():
 HOPPER_SMALL = {**SMALL, "fragment": 32, "envs_per_actor": 1, "normalize_obs": True, "normalize_reward": True}
 
 
-def test_actors_receive_the_normaliser_statistics_with_the_weights():
+@pytest.mark.parametrize("backend", ["local", "dask"])
+def test_actors_receive_the_normaliser_statistics_with_the_weights(backend):
+    from tasks.impact_actors import DaskImpactActorPool
+
     cfg = ImpactConfig(**{**HOPPER_SMALL, "actors": 1})
+    pool_class = ImpactActorPool if backend == "local" else DaskImpactActorPool
     learner = ImpactLearner(env_spaces("Hopper-v5"), cfg, seed=0, device="cpu")
     far = NormStats(obs=Moments(1e12, np.full(11, 1000.0), np.ones(11)), reward=learner.norm_state().reward,
                     gamma=cfg.gamma)
@@ -190,8 +194,8 @@ def test_actors_receive_the_normaliser_statistics_with_the_weights():
                     return fragment
         raise AssertionError(f"no fragment of version {version}")
 
-    with ImpactActorPool("Hopper-v5", cfg, len(learner.weights_vector()), seed=0) as pool:
-        deadline = time.monotonic() + 60
+    with pool_class("Hopper-v5", cfg, len(learner.weights_vector()), seed=0) as pool:
+        deadline = time.monotonic() + 120
         # statistics far from Hopper's (mean 1000, count 1e12): every normalised value is clipped to -10
         pool.publish(learner.weights_vector(), 3, far)
         first = fragment_of(3, deadline)
@@ -205,7 +209,7 @@ def test_actors_receive_the_normaliser_statistics_with_the_weights():
         learner.add(second)
         assert learner.obs_rms.count == 66 and learner.ret_rms.count == 64
     with pytest.raises(ValueError, match="publish the learner's norm_state"):
-        ImpactActorPool.publish(pool, learner.weights_vector(), 5)
+        pool.publish(learner.weights_vector(), 5)
 
 
 def test_hopper_impact_flow_with_normalisers_two_chunks(prefect_api_url, mlflow_uri):
