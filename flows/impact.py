@@ -157,7 +157,7 @@ def impact(
                                        address=cfg.dask_address)
         else:
             pool = ImpactActorPool(cfg.env_id, cfg.impact, len(learner.weights_vector()), cfg.seed)
-        pool.publish(learner.weights_vector(), learner.version)
+        pool.publish(learner.weights_vector(), learner.version, learner.norm_state())
         progress = ImpactProgress(cfg.target_return, cfg.max_env_steps, cfg.max_wall_s, cfg.return_window)
         training = _Training(cfg, learner, pool, progress, clock)
         chunk, orchestration_s = 0, 0.0

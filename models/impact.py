@@ -35,6 +35,7 @@ from models.cost import PriceTable, server_cluster_cost
 from models.envs import EnvSpaces, check_env_id, env_spaces
 from models.errors import ConfigError, NonFiniteError
 from models.gae import next_values_for
+from models.normalization import NormLayout, NormStats, RunningMeanStd, merged_with_deltas, shipped_stats
 from models.policy import ActorCritic
 from models.ppo import LossCoefficients, ppo_loss, select_device
 from models.rollout import RolloutBatch
@@ -86,6 +87,12 @@ class ImpactConfig:
     """Actor processes, sampling continuously."""
     hidden: tuple[int, ...] = (64, 64)
     """Hidden widths of the policy and value MLPs (models/policy.py ActorCritic)."""
+    init_log_std: float = 0.0
+    """Initial log-std of a Gaussian policy (PPOConfig's name; it travels with the weights)."""
+    normalize_obs: bool = False
+    """Observations normalised with running statistics merged across actors (as PPO's)."""
+    normalize_reward: bool = False
+    """Rewards scaled by the running std of the discounted return, merged across actors."""
 
     def validate(self) -> None:
         _check(self.learning_rate > 0, "impact.learning_rate must be > 0")
@@ -108,6 +115,18 @@ class ImpactConfig:
         _check(1 <= self.actors <= 1024, "impact.actors must be in [1, 1024]")
         _check(len(self.hidden) >= 1 and all(h >= 1 for h in self.hidden),
                "impact.hidden must list positive layer widths")
+        _check(math.isfinite(self.init_log_std) and -10 <= self.init_log_std <= 2,
+               "impact.init_log_std must be a number in [-10, 2]")
+
+    @property
+    def normalizes(self) -> bool:
+        return self.normalize_obs or self.normalize_reward
+
+    def norm_layout(self, obs_shape: tuple[int, ...]) -> NormLayout | None:
+        """How the learner's normaliser statistics travel beside the weights (None: not at all)."""
+        if not self.normalizes:
+            return None
+        return NormLayout(tuple(obs_shape) if self.normalize_obs else None, self.normalize_reward, self.gamma)
 
     @property
     def steps_per_env(self) -> int:
@@ -325,7 +344,7 @@ class ImpactLearner:
             raise ConfigError("IMPACT here supports vector observations (MLP policies) only")
         self.cfg = cfg
         self.device = select_device(device)
-        self.policy = ActorCritic(spaces, cfg.hidden).to(self.device)
+        self.policy = ActorCritic(spaces, cfg.hidden, init_log_std=cfg.init_log_std).to(self.device)
         self.target = copy.deepcopy(self.policy).requires_grad_(False)
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.learning_rate, eps=1e-5)
         self.buffer = FragmentBuffer(cfg.buffer_fragments, cfg.max_reuse, np.random.default_rng(seed))
@@ -333,9 +352,21 @@ class ImpactLearner:
         self.target_version = 0  # the learner version the target network is a copy of
         self.coefficients = LossCoefficients(clip_coef=cfg.clip_coef, vf_coef=cfg.vf_coef,
                                              ent_coef=cfg.ent_coef, norm_adv=cfg.norm_adv)
+        self.obs_rms = RunningMeanStd(spaces.obs_shape) if cfg.normalize_obs else None
+        self.ret_rms = RunningMeanStd(()) if cfg.normalize_reward else None
 
     def add(self, fragment: ImpactFragment) -> None:
+        # Merged on arrival, not when sampled: a fragment is reused up to K times, its data counts once.
+        # Training uses the fragment's observations as its actor normalised them (PPO's rule): the
+        # behaviour log-probs, target and current network then all score the same inputs.
+        deltas = fragment.batch.norm_deltas
+        self.obs_rms = merged_with_deltas(self.obs_rms, [deltas.obs])
+        self.ret_rms = merged_with_deltas(self.ret_rms, [deltas.reward])
         self.buffer.add(fragment)
+
+    def norm_state(self) -> NormStats | None:
+        """The merged statistics actors normalise with next, published with the weights."""
+        return shipped_stats(self.obs_rms, self.ret_rms, self.cfg.gamma)
 
     def weights_vector(self) -> np.ndarray:
         return weights_vector(self.policy)

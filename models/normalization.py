@@ -223,3 +223,66 @@ class RewardScaler:
         scaled = np.clip(rewards / np.sqrt(self.stats.var + self.epsilon), -self.clip, self.clip)
         self.returns[np.asarray(dones, dtype=bool)] = 0.0
         return scaled.astype(np.float32)
+
+
+def shipped_stats(obs: RunningMeanStd | None, reward: RunningMeanStd | None, gamma: float) -> NormStats | None:
+    """A learner's statistics as actors receive them with the weights (None: no normalising)."""
+    if obs is None and reward is None:
+        return None
+    return NormStats(obs=obs.moments() if obs else None, reward=reward.moments() if reward else None,
+                     gamma=gamma)
+
+
+def merged_with_deltas(base: RunningMeanStd | None,
+                       deltas: Iterable[Moments | None]) -> RunningMeanStd | None:
+    """`merge_base_and_deltas` for an optional normaliser (None stays None: not normalising)."""
+    return None if base is None else merge_base_and_deltas(base, deltas)
+
+
+@dataclass(frozen=True)
+class NormLayout:
+    """NormStats as one flat float64 vector of a fixed size, for shared memory or raw bytes.
+
+    Layout: [obs count, obs mean (d), obs var (d)] if obs, then [reward count, mean, var] if
+    reward. float64 keeps the merge exact (float32 would round counts and moments).
+    """
+
+    obs_shape: tuple[int, ...] | None
+    """Shape of the observation statistics; None: observations are not normalised."""
+    reward: bool
+    """Rewards are scaled."""
+    gamma: float
+
+    @property
+    def _obs_size(self) -> int:
+        return 0 if self.obs_shape is None else 1 + 2 * int(np.prod(self.obs_shape))
+
+    @property
+    def size(self) -> int:
+        return self._obs_size + (3 if self.reward else 0)
+
+    def pack(self, stats: NormStats) -> np.ndarray:
+        parts = []
+        for moments, wanted in ((stats.obs, self.obs_shape is not None), (stats.reward, self.reward)):
+            if (moments is not None) != wanted:
+                raise ValueError("NormStats do not match the layout (obs or reward statistics missing or extra)")
+            if moments is not None:
+                parts += [[moments.count], np.ravel(moments.mean), np.ravel(moments.var)]
+        out = np.concatenate(parts).astype(np.float64) if parts else np.empty(0, dtype=np.float64)
+        if out.size != self.size:
+            raise ValueError(f"NormStats pack to {out.size} values, the layout has {self.size}")
+        return out
+
+    def unpack(self, vector: np.ndarray) -> NormStats:
+        v = np.asarray(vector, dtype=np.float64)
+        if v.size != self.size:
+            raise ValueError(f"norm vector has {v.size} values, the layout {self.size}")
+        obs = reward = None
+        if self.obs_shape is not None:
+            d = int(np.prod(self.obs_shape))
+            obs = Moments(float(v[0]), v[1:1 + d].reshape(self.obs_shape).copy(),
+                          v[1 + d:1 + 2 * d].reshape(self.obs_shape).copy())
+        if self.reward:
+            o = self._obs_size
+            reward = Moments(float(v[o]), np.array(v[o + 1]), np.array(v[o + 2]))
+        return NormStats(obs=obs, reward=reward, gamma=self.gamma)

@@ -12,7 +12,7 @@ from models.config import PPOConfig
 from models.envs import EnvSpaces
 from models.errors import NonFiniteError
 from models.gae import compute_gae, next_values_for
-from models.normalization import Moments, NormStats, RunningMeanStd, merge_base_and_deltas
+from models.normalization import Moments, NormStats, RunningMeanStd, merged_with_deltas, shipped_stats
 from models.policy import ActorCritic, weights_to_bytes
 from models.rollout import RolloutBatch
 
@@ -129,18 +129,12 @@ class Learner:
 
     def norm_state(self) -> NormStats | None:
         """Normaliser statistics that travel to actors with the weights (None: no normalising)."""
-        if self.obs_rms is None and self.ret_rms is None:
-            return None
-        return NormStats(obs=self.obs_rms.moments() if self.obs_rms else None,
-                         reward=self.ret_rms.moments() if self.ret_rms else None,
-                         gamma=self.cfg.gamma)
+        return shipped_stats(self.obs_rms, self.ret_rms, self.cfg.gamma)
 
     def _merge_norm_deltas(self, batches: list[RolloutBatch]) -> None:
         """Exact merge: shipped base + each actor's own fragment statistics (never the base twice)."""
-        if self.obs_rms is not None:
-            self.obs_rms = merge_base_and_deltas(self.obs_rms, [b.norm_deltas.obs for b in batches])
-        if self.ret_rms is not None:
-            self.ret_rms = merge_base_and_deltas(self.ret_rms, [b.norm_deltas.reward for b in batches])
+        self.obs_rms = merged_with_deltas(self.obs_rms, [b.norm_deltas.obs for b in batches])
+        self.ret_rms = merged_with_deltas(self.ret_rms, [b.norm_deltas.reward for b in batches])
 
     # -- advantage phase -----------------------------------------------------------------
     @torch.no_grad()

@@ -35,7 +35,9 @@ from multiprocessing.connection import Connection, wait
 
 import numpy as np
 
+from models.envs import env_spaces
 from models.impact import ImpactConfig, ImpactFragment, ImpactLearner, ImpactProgress, StatsAccumulator
+from models.normalization import NormLayout, NormStats
 from models.timings import ActorTimings
 from models.wire import Codec
 from tasks.errors import ActorError
@@ -45,12 +47,26 @@ _READY, _FRAGMENT, _ERROR = "ready", "fragment", "error"
 FRAGMENT_CODEC = Codec(ImpactFragment)
 
 
+def _norm_layout(env_id: str, cfg: ImpactConfig) -> NormLayout | None:
+    # the env is looked up only when normalising: a bad env id is the actors' error to report
+    return cfg.norm_layout(env_spaces(env_id).obs_shape) if cfg.normalizes else None
+
+
+def _packed_norm(layout: NormLayout | None, norm: NormStats | None) -> np.ndarray:
+    """The statistics a pool publishes, as its layout's float64 vector (empty: not normalising)."""
+    if layout is None:
+        return np.empty(0, dtype=np.float64)
+    if norm is None:
+        raise ValueError("this IMPACT config normalises: publish the learner's norm_state() with the weights")
+    return layout.pack(norm)
+
+
 def _seed(*parts: int) -> int:
     return int(np.random.SeedSequence(list(parts)).generate_state(1)[0] & 0x7FFFFFFF)
 
 
 def _worker_main(conn: Connection, env_id: str, cfg: ImpactConfig, seed: int, actor_index: int,
-                 generation: int, weights, version, lock, stop) -> None:
+                 generation: int, weights, norm_values, version, lock, stop) -> None:
     """A worker's life: build envs and policy once, then sample fragments until stopped."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
@@ -63,26 +79,31 @@ def _worker_main(conn: Connection, env_id: str, cfg: ImpactConfig, seed: int, ac
     torch.set_num_threads(1)
     t_boot = time.time()
     try:
-        policy = ActorCritic(env_spaces(env_id), cfg.hidden, init_weights=False)
+        spaces = env_spaces(env_id)
+        policy = ActorCritic(spaces, cfg.hidden, init_weights=False)
         envs = EnvBatch(env_id, cfg.envs_per_actor, _seed(seed, actor_index, generation))
         shared = np.frombuffer(weights, dtype=np.float32)
-        held, count = -1, 0
+        layout = cfg.norm_layout(spaces.obs_shape)
+        shared_norm = np.frombuffer(norm_values, dtype=np.float64)
+        held, count, norm = -1, 0, None
         startup_s = time.time() - t_boot
         conn.send((_READY, time.time()))
         while not stop.is_set():
             t0 = time.time()
-            with lock:
+            with lock:  # weights and statistics of one version, read together
                 newest = version.value
                 vector = shared.copy() if newest != held else None
+                norm_vector = shared_norm.copy() if vector is not None and layout else None
             if newest < 0:  # nothing published yet
                 time.sleep(0.005)
                 continue
             if vector is not None:
                 load_weights_vector(policy, vector)
+                norm = layout.unpack(norm_vector[:layout.size]) if layout else None
                 held = newest
             t1 = time.time()
             batch = sample_fragment(policy.sampler(_seed(seed, actor_index, generation, count)), envs,
-                                    cfg.steps_per_env)
+                                    cfg.steps_per_env, norm)
             t2 = time.time()
             batch.actor_index = actor_index
             batch.timings = ActorTimings(requested_at=t0, started_at=t0, startup_s=startup_s,
@@ -154,6 +175,10 @@ class ImpactActorPool(_FragmentInbox):
         self.env_id, self.cfg, self.seed = env_id, cfg, seed
         self._ctx = multiprocessing.get_context("spawn")  # safe beside Prefect's threads
         self._weights = self._ctx.RawArray("f", n_weights)
+        # The learner's normaliser statistics, float64, beside the weights (read under the same lock)
+        self._layout = _norm_layout(env_id, cfg)
+        self._norm = self._ctx.RawArray("d", max(self._layout.size if self._layout else 0, 1))
+        self._norm_view = np.frombuffer(self._norm, dtype=np.float64)
         self._version = self._ctx.RawValue("q", -1)
         self._wlock = self._ctx.Lock()
         self._stop = self._ctx.Event()
@@ -168,10 +193,13 @@ class ImpactActorPool(_FragmentInbox):
         self._receiver.start()
 
     # -- weights out --------------------------------------------------------------------------
-    def publish(self, vector: np.ndarray, version: int) -> None:
-        """Make `vector` the newest weights; every worker takes it before its next fragment."""
+    def publish(self, vector: np.ndarray, version: int, norm: NormStats | None = None) -> None:
+        """Make `vector` (and `norm`, the learner's normaliser statistics) the newest weights;
+        every worker takes both before its next fragment."""
+        packed = _packed_norm(self._layout, norm)
         with self._wlock:
             self._view[:] = vector
+            self._norm_view[:packed.size] = packed
             self._version.value = version
 
     # -- fragments in -------------------------------------------------------------------------
@@ -214,7 +242,7 @@ class ImpactActorPool(_FragmentInbox):
         process = self._ctx.Process(
             target=_worker_main, name=f"impact-actor-{index}", daemon=True,
             args=(child, self.env_id, self.cfg, self.seed, index, generation, self._weights,
-                  self._version, self._wlock, self._stop))
+                  self._norm, self._version, self._wlock, self._stop))
         spawned_at = time.time()
         process.start()
         child.close()  # the parent keeps only its end: the worker's death then reads as EOF
@@ -280,21 +308,24 @@ def _dask_actor_loop(env_id: str, cfg: ImpactConfig, seed: int, actor_index: int
     weights, stop = Variable(names["weights"], client=client), Variable(names["stop"], client=client)
     out = Queue(names["fragments"], client=client)
     t_boot = time.time()
-    policy = ActorCritic(env_spaces(env_id), cfg.hidden, init_weights=False)
+    spaces = env_spaces(env_id)
+    policy = ActorCritic(spaces, cfg.hidden, init_weights=False)
     envs = EnvBatch(env_id, cfg.envs_per_actor, _seed(seed, actor_index, generation))
-    held, count, startup_s = -1, 0, time.time() - t_boot
+    layout = cfg.norm_layout(spaces.obs_shape)
+    held, count, norm, startup_s = -1, 0, None, time.time() - t_boot
     while not stop.get():
         t0 = time.time()
-        newest, blob = weights.get()
+        newest, blob, norm_blob = weights.get()  # one Variable: weights and statistics of one version
         if newest < 0:
             time.sleep(0.01)
             continue
         if newest != held:
             load_weights_vector(policy, np.frombuffer(blob, dtype=np.float32))
+            norm = layout.unpack(np.frombuffer(norm_blob, dtype=np.float64)) if layout else None
             held = newest
         t1 = time.time()
         batch = sample_fragment(policy.sampler(_seed(seed, actor_index, generation, count)), envs,
-                                cfg.steps_per_env)
+                                cfg.steps_per_env, norm)
         t2 = time.time()
         batch.actor_index = actor_index
         batch.timings = ActorTimings(requested_at=t0, started_at=t0, startup_s=startup_s,
@@ -329,7 +360,8 @@ class DaskImpactActorPool(_FragmentInbox):
         self._names = {"weights": f"impact-weights-{uid}", "stop": f"impact-stop-{uid}",
                        "fragments": f"impact-fragments-{uid}"}
         self._weights = Variable(self._names["weights"], client=self.client)
-        self._weights.set((-1, b""))
+        self._layout = _norm_layout(env_id, cfg)
+        self._weights.set((-1, b"", b""))
         self._stop = Variable(self._names["stop"], client=self.client)
         self._stop.set(False)
         self._fragments = Queue(self._names["fragments"], client=self.client)
@@ -347,8 +379,9 @@ class DaskImpactActorPool(_FragmentInbox):
                                   self._names, key=f"impact-actor-{index}-g{generation}-{uuid.uuid4().hex[:6]}",
                                   pure=False)
 
-    def publish(self, vector: np.ndarray, version: int) -> None:
-        self._weights.set((version, np.asarray(vector, dtype=np.float32).tobytes()))
+    def publish(self, vector: np.ndarray, version: int, norm: NormStats | None = None) -> None:
+        self._weights.set((version, np.asarray(vector, dtype=np.float32).tobytes(),
+                           _packed_norm(self._layout, norm).tobytes()))
 
     def _receive(self) -> None:
         from distributed import TimeoutError as DaskTimeoutError
@@ -452,7 +485,7 @@ def learn_chunk(learner: ImpactLearner, pool: ImpactActorPool, progress: ImpactP
         if len(learner.buffer) < cfg.batch_fragments:
             continue
         acc.add(learner.step())
-        pool.publish(learner.weights_vector(), learner.version)
+        pool.publish(learner.weights_vector(), learner.version, learner.norm_state())
         done += 1
     stats = acc.result()
     learner_s = stats.pop("time/learner_step_s", 0.0)
@@ -472,6 +505,7 @@ def learn_chunk(learner: ImpactLearner, pool: ImpactActorPool, progress: ImpactP
         "impact/buffer_fragments": float(len(learner.buffer)),
         "impact/buffer_dropped_unused": float(learner.buffer.dropped_unused),
         "impact/actor_replacements": float(pool.counters.replacements),
+        **({"impact/obs_norm_count": learner.obs_rms.count} if learner.obs_rms is not None else {}),
         "time/learner_s": learner_s,
         "time/learner_wait_s": wait_total,
         "time/actor_weight_load_s": float(np.mean(weight_load)) if weight_load else math.nan,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -23,6 +24,7 @@ from models.impact import (
     resolve_impact_config,
     weights_vector,
 )
+from models.normalization import Moments, NormDeltas, NormStats, RunningMeanStd
 from models.policy import ActorCritic
 from models.rollout import sample_fragment
 
@@ -159,3 +161,70 @@ def test_config_presets_and_bad_input():
                        ({"env": "NoSuchEnv-v0"}, "unknown gymnasium env id")]:
         with pytest.raises(ConfigError, match=match):
             resolve_impact_config({"env": "CartPole-v1", **bad})
+
+
+def _hopper_fragments(learner: ImpactLearner, n: int, steps: int = 40, envs: int = 2) -> list[ImpactFragment]:
+    """Fragments sampled as the actors do: normalised with the learner's published statistics."""
+    policy = ActorCritic(env_spaces("Hopper-v5"), learner.cfg.hidden)
+    out = []
+    for i in range(n):
+        batch = sample_fragment(policy.sampler(i), EnvBatch("Hopper-v5", envs, seed=i), steps, learner.norm_state())
+        out.append(ImpactFragment(batch, learner.version, i))
+    return out
+
+
+def test_hopper_normalisers_are_merged_exactly_once_per_fragment_and_shipped():
+    cfg = ImpactConfig(fragment=80, envs_per_actor=2, batch_fragments=2, buffer_fragments=8, max_reuse=2,
+                       normalize_obs=True, normalize_reward=True, init_log_std=-0.7)
+    learner = ImpactLearner(env_spaces("Hopper-v5"), cfg, seed=0, device="cpu")
+    assert learner.norm_state().obs.count == 0 and float(learner.policy.log_std[0].detach()) == pytest.approx(-0.7)
+    # fragments with known moments: each delta the moments of its own data
+    rng = np.random.default_rng(0)
+    data = [rng.normal(loc=i, scale=1 + i, size=(30 + 10 * i, 11)) for i in range(3)]
+    rewards = [rng.normal(size=20 + i) for i in range(3)]
+    for frag, obs, ret in zip(_hopper_fragments(learner, 3), data, rewards, strict=True):
+        deltas = NormDeltas(obs=Moments(len(obs), obs.mean(0), obs.var(0)), reward=Moments(len(ret), ret.mean(), ret.var()))
+        learner.add(dataclasses.replace(frag, batch=dataclasses.replace(frag.batch, norm_deltas=deltas)))
+    every = np.concatenate(data)
+    assert learner.obs_rms.count == len(every)
+    np.testing.assert_allclose(learner.obs_rms.mean, every.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(learner.obs_rms.var, every.var(0), rtol=1e-12)
+    np.testing.assert_allclose(learner.ret_rms.var, np.concatenate(rewards).var(), rtol=1e-12)
+    # reusing fragments in learner steps never counts their data again
+    for _ in range(3):
+        learner.step()
+    assert learner.obs_rms.count == len(every)
+    # what is published is the merged statistics, and actors normalise with them next
+    shipped = learner.norm_state()
+    np.testing.assert_allclose(shipped.obs.mean, every.mean(0))
+    assert shipped.gamma == cfg.gamma
+    real = _hopper_fragments(learner, 2)
+    for frag in real:
+        learner.add(frag)
+    assert learner.obs_rms.count == len(every) + 2 * 2 * (40 + 1)  # first observation of each env + one per step
+    assert all(f.batch.obs.dtype == np.float32 and np.abs(f.batch.obs).max() <= 10.0 for f in real)
+
+
+def test_norm_layout_round_trip_and_presence():
+    cfg = ImpactConfig(normalize_obs=True, normalize_reward=True, gamma=0.999)
+    layout = cfg.norm_layout((11,))
+    rms = RunningMeanStd((11,))
+    rms.update(np.random.default_rng(1).normal(size=(7, 11)))
+    stats = NormStats(obs=rms.moments(), reward=Moments(5.0, np.array(0.5), np.array(2.0)), gamma=0.999)
+    packed = layout.pack(stats)
+    assert packed.dtype == np.float64 and packed.size == layout.size == 1 + 22 + 3
+    back = layout.unpack(packed)
+    assert back.obs.count == 7 and back.gamma == 0.999 and back.reward.var == 2.0
+    np.testing.assert_array_equal(back.obs.var, rms.var)
+    assert ImpactConfig().norm_layout((4,)) is None  # CartPole's preset: nothing travels
+    obs_only = ImpactConfig(normalize_obs=True).norm_layout((11,))
+    with pytest.raises(ValueError, match="do not match"):
+        obs_only.pack(stats)
+
+
+def test_hopper_preset_normalises_and_cartpole_preset_does_not():
+    cartpole = resolve_impact_config({"env": "CartPole-v1"}).impact
+    assert not cartpole.normalize_obs and not cartpole.normalize_reward and cartpole.init_log_std == 0.0
+    hopper = resolve_impact_config({"env": "Hopper-v5"})
+    assert hopper.target_return == 1000.0 and hopper.impact.normalize_obs and hopper.impact.normalize_reward
+    assert hopper.max_env_steps >= 1 and hopper.max_wall_s > 0

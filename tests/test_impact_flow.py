@@ -8,12 +8,14 @@ import os
 import signal
 import time
 
+import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
 from models.config import ConfigError
 from models.envs import env_spaces
 from models.impact import ImpactConfig, ImpactLearner, ImpactProgress
+from models.normalization import Moments, NormStats
 from models.report import artifact_key
 from tasks.impact_actors import ChunkClock, ImpactActorPool, learn_chunk
 
@@ -170,3 +172,57 @@ def test_a_killed_dask_actor_is_resubmitted_and_the_run_goes_on():
         assert (fragment.actor_index, 1) in seen and pool.counters.replacements == 1
         later = learn_chunk(learner, pool, progress, clock, steps=3)
         assert later["train/grad_steps"] == 3 and learner.version == 6
+
+
+HOPPER_SMALL = {**SMALL, "fragment": 32, "envs_per_actor": 1, "normalize_obs": True, "normalize_reward": True}
+
+
+@pytest.mark.parametrize("backend", ["local", "dask"])
+def test_actors_receive_the_normaliser_statistics_with_the_weights(backend):
+    from tasks.impact_actors import DaskImpactActorPool
+
+    cfg = ImpactConfig(**{**HOPPER_SMALL, "actors": 1})
+    pool_class = ImpactActorPool if backend == "local" else DaskImpactActorPool
+    learner = ImpactLearner(env_spaces("Hopper-v5"), cfg, seed=0, device="cpu")
+    far = NormStats(obs=Moments(1e12, np.full(11, 1000.0), np.ones(11)), reward=learner.norm_state().reward,
+                    gamma=cfg.gamma)
+
+    def fragment_of(version: int, deadline: float):
+        while time.monotonic() < deadline:
+            for fragment in pool.collect(timeout_s=0.5):
+                if fragment.behaviour_version == version:
+                    return fragment
+        raise AssertionError(f"no fragment of version {version}")
+
+    with pool_class("Hopper-v5", cfg, len(learner.weights_vector()), seed=0) as pool:
+        deadline = time.monotonic() + 120
+        # statistics far from Hopper's (mean 1000, count 1e12): every normalised value is clipped to -10
+        pool.publish(learner.weights_vector(), 3, far)
+        first = fragment_of(3, deadline)
+        assert first.batch.obs.dtype == np.float32 and np.all(first.batch.obs == -10.0)
+        assert first.batch.norm_deltas.obs.count == 32 + 1 and first.batch.norm_deltas.reward.count == 32
+        # the next version's statistics replace them (the learner's empty ones: only the clip acts)
+        pool.publish(learner.weights_vector(), 4, learner.norm_state())
+        second = fragment_of(4, deadline)
+        assert np.abs(second.batch.obs).max() < 10.0 and second.batch.norm_deltas.obs.count == 33
+        learner.add(first)
+        learner.add(second)
+        assert learner.obs_rms.count == 66 and learner.ret_rms.count == 64
+    with pytest.raises(ValueError, match="publish the learner's norm_state"):
+        pool.publish(learner.weights_vector(), 5)
+
+
+def test_hopper_impact_flow_with_normalisers_two_chunks(prefect_api_url, mlflow_uri):
+    from flows.impact import impact
+
+    summary = impact(env="Hopper-v5", seed=0, chunk_steps=5, max_chunks=2, max_wall_s=120.0,
+                     impact_config=HOPPER_SMALL, tracking_uri=mlflow_uri, learner_device="cpu")
+    assert (summary.stop_reason, summary.chunks, summary.learner_steps) == ("max_chunks", 2, 10)
+    client = MlflowClient(mlflow_uri)
+    run = client.get_run(summary.run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.params["impact.normalize_obs"] == "True" and run.data.params["impact.normalize_reward"] == "True"
+    counts = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "impact/obs_norm_count")}
+    # every delivered fragment's observations merged once: its steps plus its first observation
+    assert sorted(counts) == [0, 1] and 0 < counts[0] <= counts[1]
+    assert counts[1] == summary.env_steps * 33 / 32
