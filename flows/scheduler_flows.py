@@ -38,6 +38,7 @@ from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
 
 from deployments.local_api import prefect_api  # noqa: E402
 from flows.artifacts import EpisodeArtifacts  # noqa: E402
+from flows.cli import quiet_console  # noqa: E402
 from flows.tracking import RunTracker, project_root  # noqa: E402
 from flows.train import fetch_scheduler_checkpoint, train  # noqa: E402
 from models.config import ConfigError  # noqa: E402
@@ -362,8 +363,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--learning-rate", type=float)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--experiment")
+    parser.add_argument("--verbose", action="store_true", help="show every task run's and round's log lines too")
     add_workload_arguments(parser)
     args = parser.parse_args(argv)
+    quiet_console(args.verbose)  # one line per episode and round; everything still reaches Prefect
     options = {"concurrency": args.concurrency, "output": args.out, "beta": args.beta,
                "learning_rate": args.learning_rate, "seed": args.seed, "experiment": args.experiment,
                **workload_arguments(args, "env", "episodes", "batch_episodes")}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 
 from deployments.local_api import prefect_api
+from flows.cli import quiet_console
 from flows.experiments.actors_curve import actors_curve
 from flows.experiments.common import LEARNED
 from flows.experiments.compare import compare_schedulers
@@ -35,12 +36,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--sweep", type=int, nargs="*",
                    help="compare: the N of the Fixed(N) sweep (default 1 2 4 8 16 32; none: --sweep)")
     p.add_argument("--experiment-name")
+    p.add_argument("--verbose", action="store_true", help="show every task run's and round's log lines too")
     add_workload_arguments(p)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    quiet_console(args.verbose)  # one line per round and per run; everything still reaches Prefect
     more = ("env", "batch_episodes") if args.experiment == "transfer" else ("env",)
     options = {"experiment": args.experiment_name, **workload_arguments(args, *more)}
     with prefect_api():
