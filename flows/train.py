@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -234,7 +235,8 @@ def train(
         tracker.require_run(setup.checkpoint.progress["run_id"])
     # Start-up in parallel: actor processes spawn while MLflow opens its store (a thread) and
     # the learner is built here; measured ~4 s + 2.6 s + 2.5 s one after the other.
-    actor_backend = make_backend(cfg.backend, cfg.env_id)
+    # a server cluster's actor processes run on this machine's cores, one actor per core at a time
+    actor_backend = make_backend(cfg.backend, cfg.env_id, max_running=os.cpu_count() if cfg.cluster else None)
     status, failure, artifacts = "FAILED", None, None
     try:
         with ThreadPoolExecutor(1) as opener:
@@ -249,11 +251,14 @@ def train(
         journal = RoundJournal(ckpt_path.with_name("journal.jsonl"))
         if setup.checkpoint is not None:
             settle_crashed_round(session, setup.checkpoint, tracker, journal, ckpt_path)
+        rounds_started_at = time.time()
         run_rounds(session, actor_backend, tracker, ckpt_path, journal, logger, on_round=artifacts.round_done)
+        rounds_finished_at = time.time()
         final = session.save_policy(ckpt_path.with_name("final_policy.pt"))
         tracker.log_artifact(final, "policy")
         model = artifacts.log_model(final, cfg.register_model) if cfg.log_model else None
-        summary = session.summary(tracking_uri=tracker.tracking_uri, checkpoint=str(ckpt_path))
+        summary = dataclasses.replace(session.summary(tracking_uri=tracker.tracking_uri, checkpoint=str(ckpt_path)),
+                                      rounds_started_at=rounds_started_at, rounds_finished_at=rounds_finished_at)
         tracker.set_tags({"minionsrl.stop_reason": str(session.stop_reason),
                           "minionsrl.stop_detail": summary.stop_detail,
                           "minionsrl.learner_device": summary.learner_device})

@@ -48,6 +48,16 @@ def actor_billed_s(batches: list[RolloutBatch], failed_billed_s: list[float] | N
             + list(failed_billed_s or []))
 
 
+def one_core_per_actor_wall_s(batches: list[RolloutBatch], learner_s: float, wall_s: float) -> float:
+    """A round's wall time as it would be with one core per actor (a server cluster's own cores):
+    P_k plus the round's orchestration (its wall here outside the actors' busy span and the
+    learner), never more than the wall measured here, where actors may wait for a core."""
+    timings = [b.timings for b in batches]
+    busy = busy_span([(t.started_at, t.sampled_at if t.sent_at is None else t.sent_at) for t in timings])
+    p_k = round_time(learner_s, [ActorPhases.of(t).duration_s for t in timings])
+    return min(wall_s, p_k + max(wall_s - busy - learner_s, 0.0))
+
+
 def round_metrics(batches: list[RolloutBatch], learner_s: float, wall_s: float,
                   prices: PriceTable, failed_billed_s: list[float] | None = None, *,
                   learner_device: str, learner_startup_s: float = 0.0,

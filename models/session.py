@@ -20,7 +20,7 @@ from models.config import SYSTEM_SERVERLESS, RunConfig
 from models.cost import bill_cluster_round, round_cost, server_cluster_cost
 from models.envs import env_spaces
 from models.journal import LostAttempt
-from models.metrics import actor_billed_s, round_metrics
+from models.metrics import actor_billed_s, one_core_per_actor_wall_s, round_metrics
 from models.ppo import Learner
 from models.rollout import ActorJob, RolloutBatch
 from models.scheduler_features import SchedulerTrace
@@ -100,6 +100,12 @@ class RunSummary:
     system: str = SYSTEM_SERVERLESS
     """serverless, or server-cluster: then cost_usd is the cluster's bill, and the two
     server_cluster_* figures are that bill with and without its start-up."""
+    rounds_started_at: float = math.nan
+    """time.time() when round 0 (or a resumed run's first round) began: a caller that noted when
+    it called `train` has the flow's start-up (call to first round)."""
+    rounds_finished_at: float = math.nan
+    """time.time() when the last round was recorded: from here to the call's return is shut-down
+    (final policy, MLflow model and plots, artifacts, Prefect's flow exit)."""
 
     @property
     def target_reached(self) -> bool:
@@ -273,8 +279,12 @@ class TrainingSession:
         learner_s = learner_stats["time/learner_s"]
         cluster_bill, billed_wall_s = None, 0.0
         if self.cfg.cluster:
+            # The cluster bills all its time, idle included, but the round itself as it would
+            # run on the cluster's own cores, not as this smaller machine ran it.
             now = time.perf_counter()
-            billed_wall_s = wall_s if self._cluster_clock is None else now - self._cluster_clock
+            span_s = wall_s if self._cluster_clock is None else now - self._cluster_clock
+            cluster_round_s = one_core_per_actor_wall_s(batches, learner_s, wall_s)
+            billed_wall_s = max(span_s - wall_s, 0.0) + cluster_round_s
             self._cluster_clock = now
             cluster_bill = bill_cluster_round(billed_wall_s, self.learner_device, self.prices,
                                               with_startup=self._cluster_startup_due)
@@ -290,7 +300,7 @@ class TrainingSession:
             new = pids - set(p.worker_pids)
             p.worker_pids = sorted(set(p.worker_pids) | pids)
             p.sum_billed_wall_s += billed_wall_s
-            metrics.update({"time/billed_wall_s": billed_wall_s,
+            metrics.update({"time/billed_wall_s": billed_wall_s, "time/cluster_round_s": cluster_round_s,
                             "cluster/worker_processes": float(len(p.worker_pids)),
                             "cluster/new_worker_processes": float(len(new))})
         self._learner_startup_due = False

@@ -57,8 +57,8 @@ class LocalBackend:
     name = "local"
 
     def __init__(self, workers: int | None = None, warm_env_id: str | None = None,
-                 prewarm: bool = True):
-        self.pool = LocalActorPool(workers, warm_env_id, prewarm=prewarm)
+                 prewarm: bool = True, max_running: int | None = None):
+        self.pool = LocalActorPool(workers, warm_env_id, prewarm=prewarm, max_running=max_running)
 
     def run(self, job: ActorJob, timeout_s: float | None = None) -> RolloutBatch:
         self.pool.wait_ready()  # once, before the clock starts: pre-warming is not this actor's
@@ -83,13 +83,16 @@ class LocalBackend:
         self.pool.close()
 
 
-def make_backend(spec: BackendSpec, env_id: str, prewarm: bool = True) -> ActorBackend:
+def make_backend(spec: BackendSpec, env_id: str, prewarm: bool = True,
+                 max_running: int | None = None) -> ActorBackend:
     """The backend a run's typed spec (models/config.py) names, with its options.
 
     prewarm: start actor processes or servers before the first round and wait until ready.
+    max_running: local backend: at most this many actors at once (a server cluster's pool,
+    larger than this machine, runs on its cores).
     """
     if isinstance(spec, LocalBackendSpec):
-        return LocalBackend(spec.workers, warm_env_id=env_id, prewarm=prewarm)
+        return LocalBackend(spec.workers, warm_env_id=env_id, prewarm=prewarm, max_running=max_running)
     if isinstance(spec, WorkPoolBackendSpec):
         from tasks.workpool import WorkPoolBackend
 

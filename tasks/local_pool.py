@@ -89,8 +89,12 @@ class LocalActorPool:
     """
 
     def __init__(self, workers: int | None = None, warm_env_id: str | None = None,
-                 prewarm: bool = True, ready_timeout_s: float = 180.0):
+                 prewarm: bool = True, ready_timeout_s: float = 180.0, max_running: int | None = None):
         self.workers = workers or max(os.cpu_count() or 1, 1)
+        # At most max_running jobs at once (None: one per worker). A server cluster keeps more
+        # worker processes than this machine has cores: gated to the cores, each actor's
+        # duration stays its one-core time instead of a time-sliced share of two cores.
+        self._running = threading.BoundedSemaphore(max(1, min(max_running or self.workers, self.workers)))
         self.warm_env_id = warm_env_id
         self._ctx = multiprocessing.get_context("spawn")  # safe beside Prefect's threads
         self._lock = threading.Condition()
@@ -205,6 +209,10 @@ class LocalActorPool:
         killed (SIGKILL) and replaced; the other workers keep sampling.
         """
         self.wait_ready()
+        with self._running:  # waiting here is queueing for a core, as waiting for a worker is
+            return self._run_on_a_worker(job, timeout_s)
+
+    def _run_on_a_worker(self, job: ActorJob, timeout_s: float | None) -> RolloutBatch:
         worker = self._acquire(job.actor_index)
         handed_at = time.time()
         cold = worker.ready_at is None

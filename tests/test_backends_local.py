@@ -157,3 +157,21 @@ def test_pool_boots_are_reported_once_for_billing_and_match_the_processes_boot()
         assert batch.timings.cold_start is False and b.take_startup_s() == 0.0
     finally:
         b.close()
+
+
+def test_max_running_gates_a_pool_larger_than_the_cores():
+    """A server cluster's pool keeps more processes than this machine has cores: at most
+    max_running actors sample at once, and the wait for a core is queueing, not the actor's time."""
+    from models.timings import ActorPhases
+
+    b = LocalBackend(workers=3, warm_env_id="CartPole-v1", max_running=1)
+    try:
+        with ThreadPoolExecutor(3) as threads:
+            batches = list(threads.map(lambda i: b.run(make_job(actor=i, steps=2048)), range(3)))
+    finally:
+        b.close()
+    spans = sorted((t.started_at, t.sent_at) for t in (x.timings for x in batches))
+    assert all(later[0] >= earlier[1] for earlier, later in zip(spans, spans[1:]))  # one at a time
+    assert len({x.timings.worker_pid for x in batches}) == 3  # every process of the pool took a job
+    queued = sorted(ActorPhases.of(x.timings).queue_s for x in batches)
+    assert queued[-1] >= min(x.timings.sampling_s for x in batches)  # the last waited for a core

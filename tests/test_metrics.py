@@ -157,3 +157,20 @@ def test_the_learner_is_billed_on_its_device_and_its_start_up_once():
         assert out["cost/actors_usd"] + out["cost/learner_usd"] + out["cost/startup_usd"] == out["cost/round_usd"]
     assert prices.aci_startup_s == 90.0  # the cited ACI figure (prices.toml)
     assert on_cpu["cost/projected_aci_startup_usd"] == pytest.approx(90.0 * (actor_per_s + cpu_per_s))
+
+
+def test_a_round_on_one_core_per_actor_is_p_k_plus_its_orchestration():
+    """Two actors that had to take turns on one core here (the second queued behind the first):
+    on a cluster with a core each the round is P_k plus what the round spent outside actors and
+    learner, which is less than this machine's wall."""
+    from models.metrics import one_core_per_actor_wall_s
+
+    first = ActorTimings(requested_at=0.0, started_at=0.0, startup_s=0.0, weight_load_s=0.0,
+                         sampling_s=1.0, sampled_at=1.0, sent_at=1.0, received_at=1.0)
+    second = ActorTimings(requested_at=0.0, dispatched_at=0.0, started_at=1.0, startup_s=0.0,
+                          weight_load_s=0.0, sampling_s=1.0, sampled_at=2.0, sent_at=2.0, received_at=2.0)
+    # the round took 3.5 s here: 2 s of actors in turn, a 1 s learner, 0.5 s of orchestration
+    assert one_core_per_actor_wall_s([batch(first), batch(second)], learner_s=1.0, wall_s=3.5) == pytest.approx(
+        1.0 + 1.0 + 0.5)
+    # never more than the wall measured here
+    assert one_core_per_actor_wall_s([batch(first)], learner_s=1.0, wall_s=1.5) == pytest.approx(1.5)

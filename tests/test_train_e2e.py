@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -28,10 +29,15 @@ def test_train_two_rounds_two_actors(prefect_api_url, mlflow_uri, tmp_path):
 
     from flows.train import train
 
+    called_at = time.time()
     summary = train(env="CartPole-v1", scheduler="fixed:2", max_rounds=2, fragment=128,
                     seed=3, tracking_uri=mlflow_uri, checkpoint_dir=str(tmp_path / "ckpt"),
                     local_workers=2)
+    returned_at = time.time()
 
+    # the run's timeline: start-up (call to first round), rounds, shut-down (to the return)
+    assert called_at < summary.rounds_started_at < summary.rounds_finished_at < returned_at
+    assert summary.rounds_finished_at - summary.rounds_started_at >= summary.wall_time_s
     assert summary.stop_reason in ("max_rounds", "target_reached")
     assert summary.rounds == 2
     assert summary.env_steps == 2 * 2 * 128
