@@ -132,6 +132,8 @@ def train_run_name() -> str:
     if p.get("resume"):
         return f"resume-{Path(p['resume']).parent.name[:12]}"
     scheduler = p.get("scheduler") or "preset"
+    if is_learned_spec(scheduler):  # a checkpoint's name, not its whole path
+        scheduler = parse_learned_spec(scheduler).short_name
     if p.get("system") == SYSTEM_CLUSTER:  # its own system: say so, next to the workload
         scheduler = f"{SYSTEM_CLUSTER}-{p.get('scheduler') or 'fixed'}"
     return f"{p.get('env') or 'CartPole-v1'}-{scheduler.replace(':', '')}-seed{p.get('seed') or 0}"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
@@ -60,6 +61,14 @@ class LearnedSpec:
 
     def __str__(self) -> str:
         return f"learned:{self.ref}:{self.mode}" if self.ref else f"learned:{self.mode}"
+
+    @property
+    def short_name(self) -> str:
+        """A name for run names: 'learned-cartpole', 'learned-scheduler-sample' (a checkpoint's
+        file stem, an MLflow URI's last part), never a whole path."""
+        ref = self.ref.rstrip("/").rsplit("/", 1)[-1].removesuffix(".pt") if self.ref else "cartpole"
+        ref = re.sub(r"[^A-Za-z0-9_.-]+", "-", ref).strip("-") or "cartpole"
+        return f"learned-{ref}" + ("-sample" if self.mode == "sample" else "")
 
     @property
     def source(self) -> str:

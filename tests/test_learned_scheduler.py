@@ -294,3 +294,12 @@ def test_fine_tuning_with_a_new_learning_rate_drops_the_optimiser_state(tmp_path
     assert kept.optimizer.state_dict()["state"]
     fresh = load_scheduler(path, {"learning_rate": 5e-3}).agent
     assert fresh.config.learning_rate == 5e-3 and not fresh.optimizer.state_dict()["state"]
+
+
+@pytest.mark.parametrize(("spec", "name"), [
+    ("learned", "learned-cartpole"), ("learned:cartpole:sample", "learned-cartpole-sample"),
+    ("learned:/work/checkpoints/schedulers/ef37/scheduler.pt:sample", "learned-scheduler-sample"),
+    ("learned:runs:/0123abcd/scheduler/scheduler.pt", "learned-scheduler"),
+])
+def test_a_learned_spec_has_a_short_name_for_run_names(spec, name):
+    assert parse_learned_spec(spec).short_name == name

@@ -58,7 +58,8 @@ def test_train_scheduler_resume_and_train_with_it(prefect_api_url, mlflow_uri, t
 
     with get_client(sync_client=True) as prefect:  # flow runs named for what ran
         names = {r.name for r in prefect.read_flow_runs()}
-    assert {"train-scheduler-CartPole-v1-1ep-seed0", "train-scheduler-CartPole-v1-2ep-seed0"} <= names
+    assert {"train-scheduler-CartPole-v1-1ep-seed0", "train-scheduler-CartPole-v1-2ep-seed0",
+            "CartPole-v1-learned-scheduler-sample-seed0"} <= names  # an episode: not its checkpoint's path
 
     _, _, meta = load_scheduler(out)
     assert meta["progress"] == {"episodes_done": 2, "updates": 2}
