@@ -171,7 +171,7 @@ def test_max_running_gates_a_pool_larger_than_the_cores():
     finally:
         b.close()
     spans = sorted((t.started_at, t.sent_at) for t in (x.timings for x in batches))
-    assert all(later[0] >= earlier[1] for earlier, later in zip(spans, spans[1:]))  # one at a time
+    assert all(later[0] >= earlier[1] for earlier, later in zip(spans, spans[1:], strict=False))  # one at a time
     assert len({x.timings.worker_pid for x in batches}) == 3  # every process of the pool took a job
     queued = sorted(ActorPhases.of(x.timings).queue_s for x in batches)
     assert queued[-1] >= min(x.timings.sampling_s for x in batches)  # the last waited for a core
