@@ -281,8 +281,20 @@ def shipped_checkpoint(name: str = SHIPPED) -> Path:
     """Path of a scheduler packaged in models/data/schedulers/."""
     path = Path(str(resources.files("models.data").joinpath("schedulers", f"{name}.pt")))
     if not path.exists():
-        raise ConfigError(f"no packaged scheduler named {name!r} (looked for {path})")
+        raise ConfigError(f"no packaged scheduler named {name!r} (packaged: {', '.join(packaged_names())}; "
+                          f"or give a checkpoint path or an MLflow URI)")
     return path
+
+
+def packaged_names() -> list[str]:
+    """The schedulers in models/data/schedulers/, by the name `learned:<name>` loads them."""
+    folder = Path(str(resources.files("models.data").joinpath("schedulers")))
+    return sorted(p.stem for p in folder.glob("*.pt"))
+
+
+def is_packaged_name(ref: str) -> bool:
+    """A bare name (cartpole, hopper): no path separator, no suffix, no URI scheme."""
+    return bool(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", ref))
 
 
 MLFLOW_SCHEMES = ("runs:/", "models:/", "mlflow-artifacts:/")
@@ -306,6 +318,8 @@ def resolve_checkpoint(ref: str) -> Path:
     ref = ref.strip()
     if ref in ("", SHIPPED):
         return shipped_checkpoint(SHIPPED)
+    if is_packaged_name(ref) and not Path(ref).expanduser().exists():
+        return shipped_checkpoint(ref)
     if is_mlflow_uri(ref):
         raise ConfigError(f"scheduler checkpoint {ref!r} is an MLflow URI: download it from its "
                           "tracking store first (flows/train.py localise_scheduler_spec does; "

@@ -303,3 +303,15 @@ def test_fine_tuning_with_a_new_learning_rate_drops_the_optimiser_state(tmp_path
 ])
 def test_a_learned_spec_has_a_short_name_for_run_names(spec, name):
     assert parse_learned_spec(spec).short_name == name
+
+
+def test_packaged_schedulers_load_by_name_and_an_unknown_name_lists_them(tmp_path, monkeypatch):
+    from models.learned_scheduler import packaged_names
+
+    assert "cartpole" in packaged_names()
+    assert resolve_checkpoint("cartpole") == shipped_checkpoint()
+    with pytest.raises(ConfigError, match=r"no packaged scheduler named 'hoppr' \(packaged: .*cartpole"):
+        resolve_checkpoint("hoppr")
+    monkeypatch.chdir(tmp_path)  # a file of that name in the working directory is a path, not a name
+    (tmp_path / "hoppr").write_bytes(shipped_checkpoint().read_bytes())
+    assert resolve_checkpoint("hoppr").name == "hoppr" and resolve_checkpoint("hoppr") != shipped_checkpoint()
