@@ -315,3 +315,16 @@ def test_packaged_schedulers_load_by_name_and_an_unknown_name_lists_them(tmp_pat
     monkeypatch.chdir(tmp_path)  # a file of that name in the working directory is a path, not a name
     (tmp_path / "hoppr").write_bytes(shipped_checkpoint().read_bytes())
     assert resolve_checkpoint("hoppr").name == "hoppr" and resolve_checkpoint("hoppr") != shipped_checkpoint()
+
+
+def test_every_packaged_scheduler_loads_safely_and_has_its_card():
+    from models.learned_scheduler import packaged_names
+
+    for name in packaged_names():
+        path = shipped_checkpoint(name)
+        agent, _, meta = load_scheduler(path)  # weights_only, schema-checked
+        assert agent.i_max == 32 and meta["trained_on"][0]["env"] == "CartPole-v1"
+        card = path.with_suffix(".md") if name != "cartpole" else path.with_name("README.md")
+        assert card.exists(), f"{name}: no card next to the checkpoint"
+    agent, _, meta = load_scheduler(resolve_checkpoint("cartpole-v2"))
+    assert (agent.updates, agent.episodes_seen, meta["trained_on"][0]["episodes"]) == (25, 100, 100)
