@@ -21,6 +21,7 @@ from flows.tracking import RunTracker
 from models.impact import ImpactChunkRecord, ImpactRunConfig, ImpactSummary
 from models.report import (
     TABLE_EVERY,
+    ArtifactRow,
     MlflowLinks,
     Progress,
     artifact_key,
@@ -69,7 +70,7 @@ class ArtifactPublisher:
     def progress(self, kind: str, progress: Progress) -> None:
         self._submit(kind, self._progress, kind, progress)
 
-    def table(self, kind: str, rows: list[dict[str, Any]], description: str) -> None:
+    def table(self, kind: str, rows: list[ArtifactRow], description: str) -> None:
         if rows:  # Prefect renders an empty table as nothing: wait for the first row
             self._submit(kind, self._table, kind, rows, description)
 
@@ -116,7 +117,7 @@ class ArtifactPublisher:
         else:
             update_progress_artifact(self._progress_id, p.percent, description=p.description)
 
-    def _table(self, kind: str, rows: list[dict[str, Any]], description: str) -> None:
+    def _table(self, kind: str, rows: list[ArtifactRow], description: str) -> None:
         from prefect.artifacts import create_table_artifact
 
         create_table_artifact(rows, key=self.key(kind), description=description)

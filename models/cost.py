@@ -177,7 +177,7 @@ def _number(section: dict, name: str, key: str) -> float:
     return float(value)
 
 
-def _cluster_parts(server: dict) -> dict[str, Any]:
+def _cluster_parts(server: dict) -> dict[str, float | str]:
     """The cluster's price split into its learner VM and actor VMs; they must add up to it."""
     total = _number(server, "server_cluster", "price_per_hour")
     learner = _number(server, "server_cluster", "learner_vm_per_hour")

@@ -17,6 +17,9 @@ from pathlib import Path
 from models.impact import ImpactChunkRecord, ImpactRunConfig, ImpactSummary
 from models.session import STOP_BUDGET, STOP_MAX_ROUNDS, STOP_TARGET, RoundRecord, RunSummary
 
+ArtifactRow = dict[str, str | float | int | None]
+"""One row of a table artifact: column -> a JSON value (None where a figure is NaN)."""
+
 TABLE_EVERY = 5
 """Rounds between two versions of the per-round table (and one at the end): each version is a
 new artifact on the API holding every row so far."""
@@ -67,7 +70,7 @@ def run_progress(rounds_done: int, max_rounds: int, target_return: float, last_r
 ROUND_COLUMNS = ("round", "actors", "return", "P_k (s)", "wall (s)", "cost ($)", "budget left ($)")
 
 
-def round_rows(history: Sequence[RoundRecord], budget_usd: float) -> list[dict[str, float | int | None]]:
+def round_rows(history: Sequence[RoundRecord], budget_usd: float) -> list[ArtifactRow]:
     """One row per round (ROUND_COLUMNS); budget left is B minus the rounds' costs so far (a
     round attempt a crash cut short is billed too but has no row). NaN returns become None
     (JSON has no NaN)."""
@@ -254,7 +257,7 @@ def episodes_progress(done: int, total: int, last_reward: float | None = None) -
 EPISODE_COLUMNS = ("episode", "reward", "rounds", "J reached", "time to stop (s)", "cost ($)", "mean actors")
 
 
-def episode_rows(episodes: Sequence[dict[str, float]]) -> list[dict[str, str | float | int | None]]:
+def episode_rows(episodes: Sequence[dict[str, float]]) -> list[ArtifactRow]:
     """A scheduler training's table: one row per episode (EPISODE_COLUMNS; time is the sum of
     P_k), from the same episode/... metrics its MLflow run logs. NaN becomes None (JSON)."""
     return [dict(zip(EPISODE_COLUMNS, (
@@ -305,7 +308,7 @@ IMPACT_CHUNK_COLUMNS = ("chunk", "learner steps", "env steps", "return", "policy
                         "server cluster ($)")
 
 
-def impact_chunk_rows(records: Sequence[ImpactChunkRecord]) -> list[dict[str, float | int | None]]:
+def impact_chunk_rows(records: Sequence[ImpactChunkRecord]) -> list[ArtifactRow]:
     """One row per chunk (IMPACT_CHUNK_COLUMNS), figures so far; NaN becomes None (JSON has no NaN)."""
     return [dict(zip(IMPACT_CHUNK_COLUMNS, (
         r.chunk, r.learner_steps, r.env_steps, _finite(r.mean_return, 2), _finite(r.policy_lag_mean, 2),
@@ -359,7 +362,7 @@ class ExperimentRun:
 EXPERIMENT_RUN_COLUMNS = ("run", "scheduler", "seed", "target reached", "rounds", "time (s)", "cost ($)")
 
 
-def experiment_run_rows(runs: Sequence[ExperimentRun]) -> list[dict[str, str | float | int | None]]:
+def experiment_run_rows(runs: Sequence[ExperimentRun]) -> list[ArtifactRow]:
     """One row per finished run (EXPERIMENT_RUN_COLUMNS); time is the sum of P_k."""
     return [dict(zip(EXPERIMENT_RUN_COLUMNS, (
         i, r.label, r.summary.seed, "yes" if r.summary.target_reached else "no", r.summary.rounds,

@@ -148,7 +148,7 @@ class Experiment:
             self._publish_runs()
         return summary
 
-    def impact_config(self, seed: int) -> dict[str, Any]:
+    def impact_config(self, seed: int) -> dict[str, str | int | float | None]:
         """The `impact` flow's parameters for this experiment's env at `seed`: the same J and
         price table as its `train` runs, nested under its parent run; validated by the caller
         (flows/impact.py prepare_impact) before any run starts."""
