@@ -6,6 +6,10 @@ same stop rule: the mean return of the episodes that completed within each windo
 RL-Zoo CartPole-v1 hyperparameters. Both use one torch thread.
 
     .venv/bin/python -m benchmarks.cartpole_vs_sb3 --seeds 0 1 2
+
+While the temporary API starts (not counted), both sides' one-off imports are done, as
+`python -m flows.train` does for ours (flows/train.py warm_up: MLflow's store, torch's
+optimiser, the actors' fork server).
 """
 
 from __future__ import annotations
@@ -83,11 +87,17 @@ def main() -> None:
     args = parser.parse_args()
     from deployments.local_api import prefect_api
     from flows.tracking import default_tracking_uri
+    from flows.train import warm_up
 
     tracking_uri = args.tracking_uri or default_tracking_uri()
     t0 = time.perf_counter()
     ours, sb3 = [], []
-    with prefect_api():
+
+    def while_starting() -> None:  # as `python -m flows.train` does; SB3's imports likewise
+        warm_up()
+        import stable_baselines3  # noqa: F401
+
+    with prefect_api(while_starting=while_starting):
         print(f"temporary Prefect API up in {time.perf_counter() - t0:.1f} s (not counted below)")
         for seed in args.seeds:
             sb3.append(sb3_time_to_target(seed))

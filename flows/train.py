@@ -29,11 +29,12 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 from prefect import flow, get_run_logger, unmapped  # noqa: E402
 from prefect.runtime import flow_run as flow_run_context  # noqa: E402
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings  # noqa: E402
-from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
 
 from deployments.local_api import prefect_api  # noqa: E402
+from flows import heartbeats  # noqa: E402
 from flows.artifacts import RunArtifacts  # noqa: E402
 from flows.cli import flow_arguments, given_arguments, quiet_console  # noqa: E402
+from flows.round_task_runner import SharedThreadPoolTaskRunner  # noqa: E402
 from flows.tracking import RunTracker, default_tracking_uri, project_root  # noqa: E402
 from models.checkpoint import RunCheckpoint, load_run_checkpoint  # noqa: E402
 from models.config import SYSTEM_CLUSTER, ConfigError, RunConfig  # noqa: E402
@@ -45,6 +46,8 @@ from models.session import RunSummary, TrainingSession  # noqa: E402
 from tasks.backends import ActorBackend, make_backend  # noqa: E402
 from tasks.chaos import chaos_point  # noqa: E402
 from tasks.rounds import ActorFailure, evaluate, rollout, schedule, update  # noqa: E402
+
+heartbeats.install()  # no 0-1 s wait for the heartbeat thread at each flow's exit
 
 
 def fetch_scheduler_checkpoint(ref: str, tracking_uri: str, dest: str | Path) -> Path:
@@ -91,7 +94,8 @@ class RoundFailedError(RuntimeError):
         return type(self), (str(self), self.round_index, self.returned, self.failed)
 
 
-def round_flow(session: TrainingSession, backend: ActorBackend, journal: RoundJournal):
+def round_flow(session: TrainingSession, backend: ActorBackend, journal: RoundJournal,
+               task_runner: SharedThreadPoolTaskRunner):
     """The `train-round` subflow, bound to this run's session and actor backend.
 
     A closure rather than a module-level flow with the session as a parameter: Prefect
@@ -102,7 +106,7 @@ def round_flow(session: TrainingSession, backend: ActorBackend, journal: RoundJo
     cfg = session.cfg
 
     @flow(name="train-round", flow_run_name="round-{round_index}-x{actors}", persist_result=False,
-          validate_parameters=False, task_runner=ThreadPoolTaskRunner(max_workers=cfg.i_max))
+          validate_parameters=False, task_runner=task_runner)
     def train_round(round_index: int, actors: int):
         body_started = time.perf_counter()
         jobs = session.jobs(actors, session.learner.weights())
@@ -253,6 +257,7 @@ def train(
         journal = RoundJournal(ckpt_path.with_name("journal.jsonl"))
         if setup.checkpoint is not None:
             settle_crashed_round(session, setup.checkpoint, tracker, journal, ckpt_path)
+        await_actors(session, actor_backend)
         rounds_started_at = time.time()
         run_rounds(session, actor_backend, tracker, ckpt_path, journal, logger, on_round=artifacts.round_done)
         rounds_finished_at = time.time()
@@ -354,6 +359,15 @@ def settle_crashed_round(session: TrainingSession, checkpoint: RunCheckpoint, tr
         session.save(ckpt_path, checkpoint.round_metrics)  # billed once, even if we crash again
 
 
+def await_actors(session: TrainingSession, backend: ActorBackend) -> None:
+    """Wait for the actors started before round 0 (they boot while the learner is built and
+    MLflow opens); their boots are billed in round 0, inside its budget bound."""
+    backend.await_prewarm()
+    session.note_backend_startup(backend.take_startup_s())
+    if session.cfg.cluster:  # its actors are up: the cluster's billed wall time starts
+        session.start_cluster_clock()
+
+
 def run_rounds(session: TrainingSession, backend: ActorBackend, tracker: RunTracker, ckpt_path: Path,
                journal: RoundJournal, logger, on_round=None) -> None:
     """The round loop: schedule, admit (budget), run the round subflow, record, checkpoint, log.
@@ -362,17 +376,14 @@ def run_rounds(session: TrainingSession, backend: ActorBackend, tracker: RunTrac
     point loses no round and logs none twice (settle_crashed_round); the journal bills a round
     attempt that a crash cut short. on_round(session) runs after each recorded round."""
     cfg = session.cfg
-    run_round = round_flow(session, backend, journal)
+    task_runner = SharedThreadPoolTaskRunner(max_workers=cfg.i_max)  # its threads serve every round
+    run_round = round_flow(session, backend, journal, task_runner)
     warned_no_episodes = False
     # Round subflows skip heartbeats: each costs up to 1 s at flow exit (the heartbeat
     # thread sleeps in 1 s steps before join). The parent `train` run keeps its own.
-    # The actors started before round 0 boot while the learner is built; their boots are billed
-    # in round 0, inside its budget bound.
-    backend.await_prewarm()
-    session.note_backend_startup(backend.take_startup_s())
-    if cfg.cluster:  # its actors are up: the cluster's billed wall time starts
-        session.start_cluster_clock()
-    with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+    with contextlib.ExitStack() as stack:
+        stack.callback(task_runner.close)
+        stack.enter_context(temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}))
         while session.stop_reason is None:
             k = session.round_index
             actors = schedule(session.scheduler, session.state())
@@ -449,11 +460,15 @@ def prepare_run(given: dict[str, Any], resume: str | None) -> RunSetup:
 
 
 def warm_up() -> None:
-    """One-off imports the first training would otherwise pay for (MLflow's SQL store, torch's
-    optimiser machinery: ~1.4 s each measured here), done while the temporary API starts."""
+    """One-off work the first training would otherwise pay for, done while the temporary API
+    starts: MLflow's SQL store and torch's optimiser machinery (~1.4 s each measured here), and
+    the actors' preloaded fork server (~3 s, tasks/worker_processes.py)."""
     import torch
     from mlflow.store.tracking import sqlalchemy_store  # noqa: F401
 
+    from tasks.worker_processes import start_worker_server
+
+    start_worker_server()
     torch.optim.Adam([torch.zeros(1, requires_grad=True)])
 
 

@@ -101,8 +101,8 @@ class RunSummary:
     """serverless, or server-cluster: then cost_usd is the cluster's bill, and the two
     server_cluster_* figures are that bill with and without its start-up."""
     rounds_started_at: float = math.nan
-    """time.time() when round 0 (or a resumed run's first round) began: a caller that noted when
-    it called `train` has the flow's start-up (call to first round)."""
+    """time.time() when round 0 (or a resumed run's first round) began, its actors ready: a
+    caller that noted when it called `train` has the flow's start-up (call to first round)."""
     rounds_finished_at: float = math.nan
     """time.time() when the last round was recorded: from here to the call's return is shut-down
     (final policy, MLflow model and plots, artifacts, Prefect's flow exit)."""

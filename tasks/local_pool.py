@@ -23,12 +23,18 @@ from multiprocessing.connection import Connection, wait
 
 from models.rollout import ActorJob, RolloutBatch
 from tasks.errors import ActorError
+from tasks.worker_processes import worker_context
 
 _READY, _BATCH, _ERROR = "ready", "batch", "error"
 
 
-def _worker_main(conn: Connection, warm_env_id: str | None) -> None:
-    """A worker's life: import, pre-warm, say ready, then serve jobs until told to stop."""
+def _worker_main(conn: Connection, warm_env_id: str | None, environ: dict[str, str]) -> None:
+    """A worker's life: import, pre-warm, say ready, then serve jobs until told to stop.
+
+    environ: the parent's environment when it started this worker (a fork server's own is
+    the one it had when it started, which can be older)."""
+    os.environ.clear()
+    os.environ.update(environ)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
 
@@ -96,7 +102,7 @@ class LocalActorPool:
         # duration stays its one-core time instead of a time-sliced share of two cores.
         self._running = threading.BoundedSemaphore(max(1, min(max_running or self.workers, self.workers)))
         self.warm_env_id = warm_env_id
-        self._ctx = multiprocessing.get_context("spawn")  # safe beside Prefect's threads
+        self._ctx = worker_context()  # a preloaded fork server: safe beside Prefect's threads
         self._lock = threading.Condition()
         self._idle: list[_Worker] = []
         self._busy: dict[_Worker, int] = {}  # worker -> actor index it is running
@@ -148,7 +154,7 @@ class LocalActorPool:
     # -- workers -------------------------------------------------------------------------
     def _spawn(self) -> _Worker:
         parent, child = self._ctx.Pipe(duplex=True)
-        process = self._ctx.Process(target=_worker_main, args=(child, self.warm_env_id),
+        process = self._ctx.Process(target=_worker_main, args=(child, self.warm_env_id, dict(os.environ)),
                                     name="minionsrl-actor", daemon=True)
         spawned_at = time.time()
         process.start()

@@ -30,13 +30,39 @@ class SleepyCartPole(CartPoleEnv):
         return super().step(action)
 
 
+class SlowToMakeCartPole(CartPoleEnv):
+    """CartPole that takes a second to build: a worker pre-warmed with it boots for >= 1 s."""
+
+    def __init__(self, **kwargs):
+        time.sleep(1.0)
+        super().__init__(**kwargs)
+
+
+ECHO_FILE_ENV = "MINIONSRL_TEST_ECHO_FILE"
+
+
+class EnvironEchoCartPole(CartPoleEnv):
+    """CartPole that writes its process's environment (as JSON) to $MINIONSRL_TEST_ECHO_FILE
+    when built: what an actor process saw of its parent's environment."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        Path(os.environ[ECHO_FILE_ENV]).write_text(json.dumps(dict(os.environ)))
+
+
 SLOW = "tests.slow_env:SlowCartPole-v0"  # 20 ms a step: a 200-step fragment takes >= 4 s
+ECHO = "tests.slow_env:EnvironEchoCartPole-v0"
+SLOW_TO_MAKE = "tests.slow_env:SlowToMakeCartPole-v0"  # 1 s to build
 HANG = "tests.slow_env:HangCartPole-v0"  # never finishes a step
 
 for _name, _sleep in (("SlowCartPole-v0", 0.02), ("HangCartPole-v0", 3600.0)):
     if _name not in registry:
         register(_name, entry_point=SleepyCartPole, kwargs={"step_sleep_s": _sleep},
                  max_episode_steps=500)
+if "EnvironEchoCartPole-v0" not in registry:
+    register("EnvironEchoCartPole-v0", entry_point=EnvironEchoCartPole, max_episode_steps=500)
+if "SlowToMakeCartPole-v0" not in registry:
+    register("SlowToMakeCartPole-v0", entry_point=SlowToMakeCartPole, max_episode_steps=500)
 
 
 FAULT_DIR_ENV = "MINIONSRL_TEST_FAULT_DIR"  # where a faulty env notes what it did, if set

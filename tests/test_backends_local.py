@@ -21,7 +21,7 @@ from models.envs import env_spaces  # noqa: E402
 from models.policy import ActorCritic, weights_to_bytes  # noqa: E402
 from models.rollout import ActorJob  # noqa: E402
 from tasks.backends import ActorError, LocalBackend, make_backend  # noqa: E402
-from tests.slow_env import HANG, SLOW  # noqa: E402
+from tests.slow_env import HANG, SLOW, SLOW_TO_MAKE  # noqa: E402
 
 MARGIN_S = 1.5  # how late past its timeout (or its death) an ActorError may come
 
@@ -117,16 +117,19 @@ def test_an_actor_that_raises_keeps_its_worker(backend):
 
 
 def test_cold_start_is_recorded_without_prewarming():
-    b = make_backend(LocalBackendSpec(workers=1), "CartPole-v1", prewarm=False)
+    # the worker pre-warms an env that takes 1 s to build: the first actor surely waits for it
+    job = make_job()
+    b = make_backend(LocalBackendSpec(workers=1), SLOW_TO_MAKE, prewarm=False)
     try:
-        first = b.run(make_job(), timeout_s=120)
+        first = b.run(job, timeout_s=120)
         second = b.run(make_job(actor=1), timeout_s=60)
     finally:
         b.close()
     assert first.timings.cold_start is True and second.timings.cold_start is False
-    # The cold actor's start-up includes its process boot (importing torch and gymnasium).
-    assert first.timings.boot_s > 0.2
-    assert first.timings.startup_s > second.timings.startup_s
+    # The cold actor's start-up includes its process's boot; the warm one has none.
+    assert first.timings.boot_s > 0.5
+    assert first.timings.startup_s >= first.timings.boot_s
+    assert second.timings.boot_s is None
 
 
 def test_actor_process_modules_do_not_load_prefect():
@@ -147,8 +150,8 @@ def test_pool_boots_are_reported_once_for_billing_and_match_the_processes_boot()
     try:
         b.await_prewarm()
         boots = b.take_startup_s()
-        # two real processes booted (imports, env build): each takes well over 0.1 s here
-        assert 2 * 0.1 < boots
+        # two real processes booted (forked, env built): each took some time
+        assert boots > 0
         workers = b.pool._idle
         assert all(w.boot_billed for w in workers)
         assert boots == pytest.approx(sum(w.ready_at - w.spawned_at for w in workers))

@@ -17,6 +17,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from deployments.local_stack import POOL, prefect_stack  # noqa: E402
+from tests.prefect_reads import task_runs_eventually  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
@@ -54,10 +55,18 @@ def test_deploy_and_run_train_on_the_process_pool(tmp_path):
                 f"{train_run.state}\n" + (stack.logs / "worker.log").read_text()[-6000:])
             assert train_run.work_pool_name == POOL
 
-            from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+            from prefect.client.schemas.filters import (
+                FlowFilter,
+                FlowFilterName,
+                TaskRunFilter,
+                TaskRunFilterId,
+            )
 
             actors = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["actor"])))
-            task_runs = {t.id: t for t in client.read_task_runs()}
+            parent_ids = {r.parent_task_run_id for r in actors}
+            task_runs = {t.id: t for t in task_runs_eventually(
+                client, lambda runs: parent_ids <= {t.id for t in runs},
+                task_run_filter=TaskRunFilter(id=TaskRunFilterId(any_=list(parent_ids))))}
             flow_run_names = {r.id: r.name for r in client.read_flow_runs()}
     # Each actor was its own flow run on the process pool, in its own process, under its
     # round's rollout task.

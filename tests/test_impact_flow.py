@@ -18,6 +18,7 @@ from models.impact import ImpactConfig, ImpactLearner, ImpactProgress
 from models.normalization import Moments, NormStats
 from models.report import artifact_key
 from tasks.impact_actors import ChunkClock, ImpactActorPool, learn_chunk
+from tests.prefect_reads import task_runs_eventually
 
 pytestmark = pytest.mark.e2e
 
@@ -54,7 +55,14 @@ def test_a_killed_actor_is_replaced_and_the_run_goes_on():
 
 def test_impact_flow_two_chunks_through_prefect_and_mlflow(prefect_api_url, mlflow_uri):
     from prefect import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey, FlowFilter, FlowFilterName
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterKey,
+        FlowFilter,
+        FlowFilterName,
+        FlowRunFilter,
+        FlowRunFilterId,
+    )
 
     from flows.impact import impact
 
@@ -95,8 +103,12 @@ def test_impact_flow_two_chunks_through_prefect_and_mlflow(prefect_api_url, mlfl
         flows = prefect.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["impact"])))
         ours = [f for f in flows if f.name == "CartPole-v1-impact-seed4"]
         assert ours and ours[0].state.is_completed()
-        tasks = [t for t in prefect.read_task_runs() if t.flow_run_id == ours[0].id]
-        assert sorted(t.name for t in tasks if t.state.is_completed()) == ["learn-chunk-0", "learn-chunk-1"]
+        def completed_chunks(runs):
+            return sorted(t.name for t in runs if t.flow_run_id == ours[0].id and t.state.is_completed())
+
+        tasks = task_runs_eventually(prefect, lambda runs: len(completed_chunks(runs)) >= 2,
+                                     flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[ours[0].id])))
+        assert completed_chunks(tasks) == ["learn-chunk-0", "learn-chunk-1"]
         found = {a.key: a for a in prefect.read_artifacts(
             artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=list(keys.values()))))}
     progress, chunks, text = found[keys["progress"]], found[keys["chunks"]], found[keys["summary"]]

@@ -1,0 +1,70 @@
+"""The round subflow's task runner: Prefect's thread pool, with its threads kept between rounds.
+
+Prefect gives every flow run a fresh copy of its task runner (`duplicate()`), and a
+ThreadPoolTaskRunner starts new threads for each copy and joins them at the run's exit. A
+training runs one subflow per round, so each round started I_k threads while its actors were
+busy on the same two cores: py-spy put 30-60 ms a round in ThreadPoolExecutor's
+`_adjust_thread_count`. Here the copies share one executor that lives as long as the training
+(`close()`); each run still waits for its own tasks at exit and cancels its own on cancellation.
+Everything else (task runs, states, futures) is Prefect's ThreadPoolTaskRunner, pinned to
+prefect 3.9 in pyproject.toml; tests/test_round_task_runner.py checks the parts relied on.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
+
+
+class SharedThreadPoolTaskRunner(ThreadPoolTaskRunner):
+    """A ThreadPoolTaskRunner whose copies (one per flow run) share one thread pool."""
+
+    def __init__(self, max_workers: int | None = None, _origin: SharedThreadPoolTaskRunner | None = None):
+        super().__init__(max_workers=max_workers)
+        if _origin is None:
+            self._pool = ThreadPoolExecutor(max_workers=self._max_workers, thread_name_prefix="round-tasks",
+                                            initializer=self._register_worker_thread)
+        else:  # the pool's threads, for Prefect's nested-submit warning
+            self._pool, self._worker_thread_ids = _origin._pool, _origin._worker_thread_ids
+        self._mine: list[concurrent.futures.Future[Any]] = []
+        self._mine_lock = threading.Lock()
+
+    def duplicate(self) -> SharedThreadPoolTaskRunner:
+        return type(self)(max_workers=self._max_workers, _origin=self)
+
+    def submit(self, task, parameters, wait_for=None, dependencies=None):
+        future = super().submit(task, parameters, wait_for, dependencies)
+        with self._mine_lock:
+            self._mine.append(future.wrapped_future)
+        return future
+
+    def cancel_all(self) -> None:
+        """This run's tasks only: set their cancel events, drop those not started."""
+        for event in self._cancel_events.values():
+            event.set()
+        with self._mine_lock:
+            for future in self._mine:
+                future.cancel()
+
+    def __enter__(self) -> SharedThreadPoolTaskRunner:
+        TaskRunner.__enter__(self)
+        self._active_submission_count = 0
+        self._nested_submit_warning_emitted = False
+        self._executor = self._pool
+        return self
+
+    def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any) -> None:
+        self.cancel_all()  # as Prefect's: a task not started when the run ends never starts
+        with self._mine_lock:
+            mine, self._mine = self._mine, []
+        concurrent.futures.wait(mine)  # as ThreadPoolExecutor.shutdown(wait=True) would
+        self._executor = None
+        TaskRunner.__exit__(self, exc_type, exc_value, traceback)
+
+    def close(self) -> None:
+        """Stop the shared threads (the training is over)."""
+        self._pool.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,70 @@
+"""Actor processes forked from the preloaded fork server (tasks/worker_processes.py)."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tasks.local_pool import LocalActorPool  # noqa: E402
+from tasks.worker_processes import PRELOAD, main_imports, main_module_name, worker_context  # noqa: E402
+from tests.slow_env import ECHO, ECHO_FILE_ENV  # noqa: E402
+from tests.test_backends_local import make_job  # noqa: E402
+
+pytestmark = pytest.mark.skipif("forkserver" not in multiprocessing.get_all_start_methods(),
+                                reason="no fork server on this platform (spawn is used)")
+
+
+def test_workers_start_from_the_fork_server_with_the_actor_modules_preloaded():
+    ctx = worker_context()
+    assert ctx.get_start_method() == "forkserver"
+    assert {"torch", "gymnasium", "models.rollout", "tasks.local_pool"} <= set(PRELOAD)
+
+
+def test_the_main_module_and_what_its_globals_come_from_are_preloaded(monkeypatch):
+    main = types.ModuleType("__main__")
+    main.__spec__ = types.SimpleNamespace(name="flows.train")
+    import flows.cli
+    import models.envs
+    from models.presets import preset_for
+
+    main.flows, main.preset_for, main.envs = flows, preset_for, models.envs
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    assert main_module_name() == "flows.train"
+    found = main_imports()
+    assert {"flows", "flows.cli", "models.presets", "models.envs"} <= set(found)
+    assert "__main__" not in found and "builtins" not in found
+    main.__spec__ = types.SimpleNamespace(name="pytest.__main__")  # `python -m pytest`: nothing to name
+    assert main_module_name() is None
+
+
+def test_each_pool_gets_fresh_processes_that_see_the_parents_current_environment(tmp_path, monkeypatch):
+    first = LocalActorPool(workers=1, warm_env_id="CartPole-v1")
+    try:
+        first.wait_ready()
+        first_pids = set(first.pids())
+    finally:
+        first.close()
+    # set after the fork server started (it started with the first pool, or earlier)
+    echo = tmp_path / "environ.json"
+    monkeypatch.setenv(ECHO_FILE_ENV, str(echo))
+    monkeypatch.setenv("MINIONSRL_TEST_MARK", "set-after-the-fork-server")
+    second = LocalActorPool(workers=1, warm_env_id="CartPole-v1")
+    try:
+        batch = second.run(make_job(ECHO), timeout_s=60)
+        assert batch.steps == 64
+        assert set(second.pids()).isdisjoint(first_pids)  # new processes, not reused ones
+        seen = json.loads(echo.read_text())
+        assert seen["MINIONSRL_TEST_MARK"] == "set-after-the-fork-server"
+        assert batch.timings.worker_pid != os.getpid()
+    finally:
+        second.close()
