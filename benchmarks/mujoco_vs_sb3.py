@@ -36,11 +36,16 @@ value clipping 0.2, ent 0, vf 0.5, grad norm 0.5, obs and reward normalisation c
     .venv/bin/python -m benchmarks.mujoco_vs_sb3 --seeds 0 1 2                 # issue 5's run
     .venv/bin/python -m benchmarks.mujoco_vs_sb3 --variant locomotion --steps 1000000 \\
         --seeds 0 1 2 3 4 --peers rlzoo cleanrl --eval-every 2                  # issue 17's
+
+Long runs resume: the results JSON is written after every run, and a later call with the same
+settings skips each (side, seed) already there (--fresh starts over); a crash loses at most the
+run in flight. --report-only prints the table of what is there.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import statistics
@@ -304,6 +309,19 @@ def ours_run(env_id: str, seed: int, rounds: int, tracking_uri: str, eval_episod
             **eval_fields(ev), "curve": curve}
 
 
+def resumable_rows(out: Path, settings: dict) -> list[dict]:
+    """The finished runs of an earlier call with the same settings (env, variant, J, steps,
+    evaluation, PPO overrides), to skip; none if the file is absent or its settings differ."""
+    if not out.exists():
+        return []
+    saved = json.loads(out.read_text())
+    differs = {k: (saved.get(k), v) for k, v in settings.items() if saved.get(k) != v}
+    if differs:
+        print(f"{out} holds runs of other settings {differs}: starting over (it will be overwritten)", flush=True)
+        return []
+    return list(saved.get("rows", []))
+
+
 def _median(rows: list[dict], key: str) -> float:
     values = [r[key] for r in rows if r.get(key) is not None and not math.isnan(r[key])]
     return statistics.median(values) if values else math.nan
@@ -372,6 +390,11 @@ def main() -> None:
     parser.add_argument("--tracking-uri", default=None)
     parser.add_argument("--out", default=None,
                         help="results JSON (default benchmarks/results/<env>[-variant]_vs_sb3.json)")
+    parser.add_argument("--fresh", action="store_true",
+                        help="start over: ignore the runs already in --out (by default a run of the same "
+                             "settings skips every (side, seed) it holds, so a long benchmark resumes)")
+    parser.add_argument("--report-only", action="store_true",
+                        help="run nothing: print the table of the runs already in --out")
     args = parser.parse_args()
 
     from deployments.local_api import prefect_api
@@ -393,23 +416,31 @@ def main() -> None:
     print(f"{args.env}{' (' + args.variant + ')' if args.variant else ''}: {rounds} rounds x {N_ACTORS} "
           f"actors x {fragment} steps = {steps} env steps each; J = {target:g}; SB3 window for "
           f"R_k-like figures: {window} steps; peers {args.peers}", flush=True)
-    rows: list[dict] = []
+    settings = {"env": args.env, "variant": args.variant, "target": target, "steps": steps,
+                "eval_every": args.eval_every, "eval_episodes": args.eval_episodes, "ppo_overrides": args.ppo}
+    rows = [] if args.fresh else resumable_rows(out, settings)
+    if rows:
+        print(f"resuming {out}: {len(rows)} runs done: "
+              f"{sorted((r['who'], r['seed']) for r in rows)}", flush=True)
     out.parent.mkdir(parents=True, exist_ok=True)
 
     def save(complete: bool) -> None:  # after every run: a long benchmark that dies keeps its rows
-        out.write_text(json.dumps({"env": args.env, "variant": args.variant, "target": target, "steps": steps,
-                                   "seeds": args.seeds, "peers": args.peers, "eval_every": args.eval_every,
-                                   "ppo_overrides": args.ppo, "complete": complete, "rows": rows}, indent=1))
+        out.write_text(json.dumps({**settings, "seeds": args.seeds, "peers": args.peers,
+                                   "complete": complete, "rows": rows}, indent=1))
 
     t0 = time.perf_counter()
-    with prefect_api():
-        print(f"temporary Prefect API up in {time.perf_counter() - t0:.1f} s (not counted)", flush=True)
-        for seed in args.seeds:  # alternate, so machine load drifts hit every side alike
+    with contextlib.nullcontext() if args.report_only else prefect_api():
+        if not args.report_only:
+            print(f"temporary Prefect API up in {time.perf_counter() - t0:.1f} s (not counted)", flush=True)
+        for seed in [] if args.report_only else args.seeds:  # alternate, so machine load drifts hit every side alike
             runs = [lambda s=seed, p=peer: sb3_run(p, args.env, s, steps, window, args.eval_episodes,
                                                    target, args.eval_every) for peer in args.peers]
             runs.append(lambda s=seed: ours_run(args.env, s, rounds, tracking_uri, args.eval_episodes,
                                                 target, args.eval_every, args.variant, args.ppo))
-            for run in runs:
+            whos = [*args.peers, "ours"]
+            for who, run in zip(whos, runs, strict=True):
+                if any(r["who"] == who and r["seed"] == seed for r in rows):
+                    continue  # done in an earlier call
                 row = run()
                 rows.append(row)
                 save(complete=False)
@@ -417,9 +448,16 @@ def main() -> None:
                          if k not in PER_EPISODE_KEYS}
                 print(brief, flush=True)
 
-    text = table(args.env, steps, args.seeds, rows, target, args.eval_episodes, args.eval_every)
+    asked = [r for r in rows if r["seed"] in args.seeds and r["who"] in ("ours", *args.peers)]
+    if not asked:
+        print(f"no finished runs of these settings in {out}")
+        return
+    done = {(r["who"], r["seed"]) for r in asked}
+    complete = done == {(w, seed) for w in ("ours", *args.peers) for seed in args.seeds}
+    text = table(args.env, steps, sorted({r["seed"] for r in asked}), asked, target, args.eval_episodes,
+                 args.eval_every)
     print("\n" + text)
-    save(complete=True)
+    save(complete=complete)
     out.with_suffix(".md").write_text(text + "\n")
     print(f"\nwritten: {out} and {out.with_suffix('.md')}")
 

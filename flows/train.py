@@ -461,8 +461,10 @@ def prepare_run(given: dict[str, Any], resume: str | None) -> RunSetup:
 
 def warm_up() -> None:
     """One-off work the first training would otherwise pay for, done while the temporary API
-    starts: MLflow's SQL store and torch's optimiser machinery (~1.4 s each measured here), and
-    the actors' preloaded fork server (~3 s, tasks/worker_processes.py)."""
+    starts: MLflow's SQL store and torch's optimiser machinery (~1.4 s each measured here), the
+    actors' preloaded fork server (~3 s, tasks/worker_processes.py), and what the first
+    shut-down imports (MLflow's pyfunc model, matplotlib for the plots)."""
+    import matplotlib
     import torch
     from mlflow.store.tracking import sqlalchemy_store  # noqa: F401
 
@@ -470,6 +472,10 @@ def warm_up() -> None:
 
     start_worker_server()
     torch.optim.Adam([torch.zeros(1, requires_grad=True)])
+    matplotlib.use("Agg")  # as models/report.py: files only
+    import matplotlib.pyplot  # noqa: F401
+
+    import flows.policy_model  # noqa: F401
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,14 +23,6 @@ from multiprocessing.context import BaseContext
 PRELOAD = ("torch", "gymnasium", "models.rollout", "models.envs", "models.policy", "tasks.local_pool")
 
 
-def main_module_name() -> str | None:
-    """The parent's main module as an importable name (`python -m flows.train` -> flows.train);
-    None for a script run by path, a package's __main__ or an interactive session."""
-    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    name = getattr(spec, "name", None)
-    return None if not name or name == "__main__" or name.endswith(".__main__") else name
-
-
 def main_imports() -> list[str]:
     """The modules the parent's main module took its globals from (`from flows.train import
     train` -> flows.train): what a worker's re-run of the main would import."""
@@ -51,15 +43,15 @@ def worker_context() -> BaseContext:
     the platform has one (Linux, macOS), else spawn.
 
     Each worker re-runs the parent's main module as `__mp_main__` (multiprocessing's rule), so
-    the preload also holds the main module when it has a name and the modules its globals come
-    from: with those imported in the fork server, the re-run costs milliseconds, not seconds.
+    the preload also holds the modules the main module's globals come from: with those imported
+    in the fork server, the re-run costs milliseconds, not seconds. (Not the main module itself:
+    runpy warns when it re-runs a module already imported.)
     The preload is fixed when the fork server starts (the process's first worker).
     """
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
-    main = main_module_name()
-    ctx.set_forkserver_preload(list(dict.fromkeys([*PRELOAD, *main_imports(), *([main] if main else [])])))
+    ctx.set_forkserver_preload(list(dict.fromkeys([*PRELOAD, *main_imports()])))
     return ctx
 
 

@@ -83,3 +83,31 @@ def test_experiments_carry_a_runs_view_with_return_time_and_cost_as_columns(mlfl
     assert view["selectedColumns"][:3] == ["metrics.`summary/target_reached`", "metrics.`summary/time_to_stop_s`",
                                            "metrics.`summary/cost_usd`"]
     assert "viewStateShareKey=minionsrl" in tracker.run_url_hint()
+
+
+def test_metrics_are_written_in_the_background_and_all_there_once_the_run_finishes(mlflow_uri):
+    tracker = RunTracker(mlflow_uri)
+    tracker.start("exp", "async", params={})
+    for step in range(20):
+        tracker.log_metrics({"x": float(step), "y": 2.0 * step}, step=step)
+    assert tracker.has_metric_at("x", 19)  # a read waits for what was queued
+    tracker.log_metrics({"x": 20.0}, step=20)
+    tracker.finish()
+    history = sorted(tracker.client.get_metric_history(tracker.run_id, "x"), key=lambda m: m.step)
+    assert [m.value for m in history] == [float(s) for s in range(21)]
+    assert tracker.client.get_run(tracker.run_id).info.status == "FINISHED"
+
+
+def test_a_metric_write_that_fails_fails_the_run_and_says_why(mlflow_uri):
+    from mlflow.exceptions import MlflowException
+
+    tracker = RunTracker(mlflow_uri)
+    tracker.start("exp", "bad-metric", params={})
+    tracker.log_metrics({"fine": 1.0}, step=0)
+    tracker.log_metrics({"not a valid name?": 1.0}, step=1)  # MLflow refuses the key
+    with pytest.raises(MlflowException):
+        tracker.finish("FINISHED")
+    run = tracker.client.get_run(tracker.run_id)
+    assert run.info.status == "FAILED"
+    assert "not a valid name?" in run.data.tags["minionsrl.failure"]
+    assert [m.value for m in tracker.client.get_metric_history(tracker.run_id, "fine")] == [1.0]
