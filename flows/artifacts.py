@@ -38,6 +38,7 @@ from models.report import (
     summary_markdown,
     table_due,
 )
+from models.scheduler_training import SchedulerEpisodeRecord
 from models.session import RunSummary, TrainingSession
 
 
@@ -277,14 +278,14 @@ class EpisodeArtifacts:
         self.episodes_done(done)
 
     def episodes_done(self, done: int, last_reward: float | None = None,
-                      episodes: list[dict[str, Any]] | None = None) -> None:
+                      episodes: list[SchedulerEpisodeRecord] | None = None) -> None:
         """After each batch of episodes: progress, and the table of this run's episodes so far."""
         self.publisher.progress("scheduler-progress", episodes_progress(done, self.total, last_reward))
         if episodes:
             self.publisher.table("scheduler-episodes", episode_rows(episodes),
-                                 f"scheduler training: episodes {episodes[0]['episode']}..{episodes[-1]['episode']}")
+                                 f"scheduler training: episodes {episodes[0].episode}..{episodes[-1].episode}")
 
-    def finished(self, env_id: str, episodes: list[dict[str, Any]], updates: int, scheduler_uri: str,
+    def finished(self, env_id: str, episodes: list[SchedulerEpisodeRecord], updates: int, scheduler_uri: str,
                  tracker: RunTracker) -> None:
         """The summary; waits for the calls still queued."""
         text = scheduler_summary_markdown(env_id, episodes, updates, scheduler_uri, mlflow_links(tracker))

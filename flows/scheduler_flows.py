@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import os
 import shutil
 import sys
@@ -31,7 +30,6 @@ from typing import Any
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 
-import numpy as np  # noqa: E402
 from prefect import flow, get_run_logger, task  # noqa: E402
 from prefect.cache_policies import NO_CACHE  # noqa: E402
 from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
@@ -51,6 +49,7 @@ from models.learned_scheduler import (  # noqa: E402
 from models.presets import resolve_run_config  # noqa: E402
 from models.scheduler_agent import AgentConfig, Episode, SchedulerAgent  # noqa: E402
 from models.scheduler_reward import rewards_from_summary  # noqa: E402
+from models.scheduler_training import SchedulerEpisodeRecord, SchedulerTrainingResult  # noqa: E402
 from models.session import RunSummary  # noqa: E402
 
 ARTIFACT_DIR = "scheduler"
@@ -112,23 +111,6 @@ def scheduler_episode(episode: int, checkpoint: str, workload: dict[str, Any], s
                  log_model=False, **workload)
 
 
-def episode_metrics(summary: RunSummary, rewards: np.ndarray) -> dict[str, float]:
-    """What the parent run logs per scheduler episode."""
-    actors = [h.actors for h in summary.history]
-    return {
-        "episode/reward": float(rewards.sum()),
-        "episode/time_to_stop_s": summary.time_to_stop_s,
-        "episode/cost_usd": summary.cost_usd,
-        "episode/server_cluster_cost_usd": summary.server_cluster_cost_usd,
-        "episode/server_cluster_cost_no_startup_usd": summary.server_cluster_cost_no_startup_usd,
-        "episode/rounds": float(summary.rounds),
-        "episode/target_reached": float(summary.target_reached),
-        "episode/best_return": summary.best_return,
-        "episode/actors_mean": float(np.mean(actors)) if actors else math.nan,
-        "episode/wall_time_s": summary.wall_time_s,
-    }
-
-
 @flow(name="train-scheduler", flow_run_name="train-scheduler-{env}-{episodes}ep-seed{seed}", persist_result=False, validate_parameters=True,
       task_runner=ThreadPoolTaskRunner(max_workers=MAX_CONCURRENCY))
 def train_scheduler(
@@ -153,7 +135,7 @@ def train_scheduler(
     tracking_uri: str | None = None,
     experiment: str | None = None,
     checkpoint_dir: str | None = None,
-) -> dict[str, Any]:
+) -> SchedulerTrainingResult:
     """Train the learned scheduler by PPO over complete training runs of `env`.
 
     Args:
@@ -270,14 +252,12 @@ def train_scheduler(
             for e, summary in zip(batch, summaries, strict=True):
                 rewards = rewards_from_summary(summary, sched_agent.config.beta)
                 learn_from.append(Episode.from_trace(summary.scheduler_trace, rewards))
-                metrics = episode_metrics(summary, rewards)
-                tracker.log_metrics(metrics, step=e)
-                results.append({"episode": e, "run_id": summary.run_id,
-                                "actors": [h.actors for h in summary.history], **metrics})
+                record = SchedulerEpisodeRecord.from_summary(e, summary, rewards)
+                tracker.log_metrics(record.metrics(), step=e)
+                results.append(record)
                 logger.info("episode %d: reward %.2f, %s after %d rounds, time %.2fs, cost $%.5f, "
-                            "mean actors %.1f", e, metrics["episode/reward"], summary.stop_reason,
-                            summary.rounds, summary.time_to_stop_s, summary.cost_usd,
-                            metrics["episode/actors_mean"])
+                            "mean actors %.1f", e, record.reward, summary.stop_reason,
+                            summary.rounds, summary.time_to_stop_s, summary.cost_usd, record.actors_mean)
             stats = sched_agent.update(learn_from)
             done = batch[-1] + 1
             tracker.log_metrics(stats, step=batch[-1])
@@ -286,17 +266,17 @@ def train_scheduler(
             meta["progress"] = {"episodes_done": done, "updates": sched_agent.updates}
             save_scheduler(ckpt, sched_agent, meta=meta)
             tracker.log_artifact(ckpt, ARTIFACT_DIR)
-            artifacts.episodes_done(done, results[-1]["episode/reward"] if results else None, results)
+            artifacts.episodes_done(done, results[-1].reward if results else None, results)
         artifacts.finished(env, results, sched_agent.updates, f"runs:/{run_id}/{ARTIFACT_DIR}/{ARTIFACT_NAME}", tracker)
         if output:
             Path(output).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(ckpt, output)
         status = "FINISHED"
-        return {"run_id": run_id, "checkpoint": str(ckpt), "output": output,
-                "artifact_uri": f"runs:/{run_id}/{ARTIFACT_DIR}/{ARTIFACT_NAME}",
-                "tracking_uri": tracker.tracking_uri, "experiment": experiment,
-                "episodes_done": done, "updates": sched_agent.updates, "episodes": results,
-                "wall_s": entry["wall_s"]}
+        return SchedulerTrainingResult(run_id=run_id, checkpoint=str(ckpt), output=output,
+                                       artifact_uri=f"runs:/{run_id}/{ARTIFACT_DIR}/{ARTIFACT_NAME}",
+                                       tracking_uri=tracker.tracking_uri, experiment=experiment,
+                                       episodes_done=done, updates=sched_agent.updates, episodes=results,
+                                       wall_s=entry["wall_s"])
     finally:
         artifacts.close()
         tracker.finish(status)
@@ -309,7 +289,7 @@ def finetune_scheduler(
     episodes: int = 10,
     batch_episodes: int = 2,
     **options: Any,
-) -> dict[str, Any]:
+) -> SchedulerTrainingResult:
     """Fine-tune a saved scheduler (file path, packaged name or MLflow URI) on another workload.
 
     A `train-scheduler` subflow started from `source` (its init_from) for `episodes` more
@@ -375,14 +355,13 @@ def main(argv: list[str] | None = None) -> int:
             result = train_scheduler(resume_run_id=args.resume_run_id, **options)
         else:
             result = finetune_scheduler(source=args.source, **options)
-    for e in result["episodes"]:
-        print(f"episode {e['episode']:3d}: reward {e['episode/reward']:9.2f}  "
-              f"reached {bool(e['episode/target_reached'])!s:5}  rounds {e['episode/rounds']:3.0f}  "
-              f"time {e['episode/time_to_stop_s']:7.2f}s  cost ${e['episode/cost_usd']:.5f}  "
-              f"actors {json.dumps([int(a) for a in e['actors']])}")
-    print(f"\nscheduler: {result['checkpoint']} (MLflow {result['artifact_uri']} in "
-          f"{result['tracking_uri']}); {result['episodes_done']} episodes, {result['updates']} updates, "
-          f"{result['wall_s']:.0f}s")
+    for e in result.episodes:
+        print(f"episode {e.episode:3d}: reward {e.reward:9.2f}  reached {e.target_reached!s:5}  "
+              f"rounds {e.rounds:3d}  time {e.time_to_stop_s:7.2f}s  cost ${e.cost_usd:.5f}  "
+              f"actors {json.dumps([int(a) for a in e.actors])}")
+    print(f"\nscheduler: {result.checkpoint} (MLflow {result.artifact_uri} in "
+          f"{result.tracking_uri}); {result.episodes_done} episodes, {result.updates} updates, "
+          f"{result.wall_s:.0f}s")
     return 0
 
 

@@ -31,7 +31,7 @@ from prefect.runtime import flow_run as flow_run_context  # noqa: E402
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings  # noqa: E402
 
 from deployments.local_api import prefect_api  # noqa: E402
-from flows import heartbeats  # noqa: E402
+from flows import heartbeats, tls_context  # noqa: E402
 from flows.artifacts import RunArtifacts  # noqa: E402
 from flows.cli import flow_arguments, given_arguments, quiet_console  # noqa: E402
 from flows.round_task_runner import SharedThreadPoolTaskRunner  # noqa: E402
@@ -48,6 +48,7 @@ from tasks.chaos import chaos_point  # noqa: E402
 from tasks.rounds import ActorFailure, evaluate, rollout, schedule, update  # noqa: E402
 
 heartbeats.install()  # no 0-1 s wait for the heartbeat thread at each flow's exit
+tls_context.install()  # one TLS context for all API clients, not 25 ms of CA loading per client
 
 
 def fetch_scheduler_checkpoint(ref: str, tracking_uri: str, dest: str | Path) -> Path:

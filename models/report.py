@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from models.impact import ImpactChunkRecord, ImpactRunConfig, ImpactSummary
+from models.scheduler_training import SchedulerEpisodeRecord
 from models.session import STOP_BUDGET, STOP_MAX_ROUNDS, STOP_TARGET, RoundRecord, RunSummary
 
 ArtifactRow = dict[str, str | float | int | None]
@@ -257,29 +258,27 @@ def episodes_progress(done: int, total: int, last_reward: float | None = None) -
 EPISODE_COLUMNS = ("episode", "reward", "rounds", "J reached", "time to stop (s)", "cost ($)", "mean actors")
 
 
-def episode_rows(episodes: Sequence[dict[str, float]]) -> list[ArtifactRow]:
+def episode_rows(episodes: Sequence[SchedulerEpisodeRecord]) -> list[ArtifactRow]:
     """A scheduler training's table: one row per episode (EPISODE_COLUMNS; time is the sum of
-    P_k), from the same episode/... metrics its MLflow run logs. NaN becomes None (JSON)."""
+    P_k), the figures its MLflow run logs as episode/... metrics. NaN becomes None (JSON)."""
     return [dict(zip(EPISODE_COLUMNS, (
-        int(e["episode"]), _finite(e["episode/reward"], 4), int(e["episode/rounds"]),
-        "yes" if e["episode/target_reached"] else "no", _finite(e["episode/time_to_stop_s"], 3),
-        round(e["episode/cost_usd"], 7), _finite(e["episode/actors_mean"], 2)), strict=True))
+        e.episode, _finite(e.reward, 4), e.rounds, "yes" if e.target_reached else "no",
+        _finite(e.time_to_stop_s, 3), round(e.cost_usd, 7), _finite(e.actors_mean, 2)), strict=True))
         for e in episodes]
 
 
-def scheduler_summary_markdown(env_id: str, episodes: Sequence[dict[str, float]], updates: int,
+def scheduler_summary_markdown(env_id: str, episodes: Sequence[SchedulerEpisodeRecord], updates: int,
                                scheduler_uri: str, links: MlflowLinks) -> str:
     """A scheduler training run's summary: its episodes (reward, rounds, target, time, cost) and
-    where the trained scheduler is. `episodes`: one dict per episode, with 'episode' and the
-    parent run's episode/... metrics."""
+    where the trained scheduler is."""
     lines = [f"# Scheduler training on {env_id}", "",
              f"{len(episodes)} episodes this run, {updates} agent updates in all.", "",
              "| episode | reward | rounds | J reached | time to stop (s) | cost ($) | mean actors |",
              "|---|---|---|---|---|---|---|"]
     for e in episodes:
-        lines.append(f"| {int(e['episode'])} | {_num(e['episode/reward'], '.3g')} | {int(e['episode/rounds'])} "
-                     f"| {'yes' if e['episode/target_reached'] else 'no'} | {_num(e['episode/time_to_stop_s'], '.2f')} "
-                     f"| {e['episode/cost_usd']:.6f} | {_num(e['episode/actors_mean'])} |")
+        lines.append(f"| {e.episode} | {_num(e.reward, '.3g')} | {e.rounds} "
+                     f"| {'yes' if e.target_reached else 'no'} | {_num(e.time_to_stop_s, '.2f')} "
+                     f"| {e.cost_usd:.6f} | {_num(e.actors_mean)} |")
     lines += ["", f"Trained scheduler: `{scheduler_uri}` (use it: `--scheduler learned:{scheduler_uri}`)", "",
               f"MLflow run `{links.run_id}`: {open_hint(links)}", ""]
     return "\n".join(lines)

@@ -89,20 +89,24 @@ class LocalActorPool:
 
     workers: processes (one core each); default one per core.
     warm_env_id: build this env once in each worker at start-up.
+    start_method: a multiprocessing start method instead of tasks/worker_processes.py's (e.g.
+        "spawn", to measure what the fork server saves).
     prewarm: the first run() waits until the processes started with the pool are ready, so the
         first round's actors start warm (they boot meanwhile). Without it, the first actors
         wait for their worker's boot and count as cold.
     """
 
     def __init__(self, workers: int | None = None, warm_env_id: str | None = None,
-                 prewarm: bool = True, ready_timeout_s: float = 180.0, max_running: int | None = None):
+                 prewarm: bool = True, ready_timeout_s: float = 180.0, max_running: int | None = None,
+                 start_method: str | None = None):
         self.workers = workers or max(os.cpu_count() or 1, 1)
         # At most max_running jobs at once (None: one per worker). A server cluster keeps more
         # worker processes than this machine has cores: gated to the cores, each actor's
         # duration stays its one-core time instead of a time-sliced share of two cores.
         self._running = threading.BoundedSemaphore(max(1, min(max_running or self.workers, self.workers)))
         self.warm_env_id = warm_env_id
-        self._ctx = worker_context()  # a preloaded fork server: safe beside Prefect's threads
+        # a preloaded fork server (safe beside Prefect's threads); start_method: another, to compare
+        self._ctx = multiprocessing.get_context(start_method) if start_method else worker_context()
         self._lock = threading.Condition()
         self._idle: list[_Worker] = []
         self._busy: dict[_Worker, int] = {}  # worker -> actor index it is running

@@ -11,6 +11,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from models.report import artifact_key
+from models.scheduler_training import SchedulerEpisodeRecord
 from models.session import RoundRecord
 
 
@@ -109,8 +110,10 @@ def test_scheduler_training_artifacts(prefect_api_url, caplog):
     from flows.artifacts import EpisodeArtifacts
 
     tracker = FakeTracker()
-    episode = {"episode": 0, "episode/reward": -1.5, "episode/rounds": 7.0, "episode/target_reached": 1.0,
-               "episode/time_to_stop_s": 3.25, "episode/cost_usd": 0.0012, "episode/actors_mean": 6.5}
+    episode = SchedulerEpisodeRecord(episode=0, run_id="r0", actors=[6, 7] * 4, reward=-1.5, time_to_stop_s=3.25,
+                                     cost_usd=0.0012, server_cluster_cost_usd=0.01,
+                                     server_cluster_cost_no_startup_usd=0.005, rounds=8, target_reached=True,
+                                     best_return=480.0, wall_time_s=4.0)
 
     @flow(name="ux-scheduler-artifacts")
     def training():
@@ -127,11 +130,11 @@ def test_scheduler_training_artifacts(prefect_api_url, caplog):
         by_key = {a.key: a for a in progress}
     assert float(by_key[keys["scheduler-progress"]].data) == 50.0
     assert by_key[keys["scheduler-progress"]].description == "2 of 4 scheduler episodes done, last reward -1.5"
-    assert "| 0 | -1.5 | 7 | yes |" in by_key[keys["scheduler-summary"]].data
+    assert "| 0 | -1.5 | 8 | yes |" in by_key[keys["scheduler-summary"]].data
     import json
 
     assert json.loads(by_key[keys["scheduler-episodes"]].data) == [
-        {"episode": 0, "reward": -1.5, "rounds": 7, "J reached": "yes", "time to stop (s)": 3.25,
+        {"episode": 0, "reward": -1.5, "rounds": 8, "J reached": "yes", "time to stop (s)": 3.25,
          "cost ($)": 0.0012, "mean actors": 6.5}]
 
 

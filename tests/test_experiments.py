@@ -48,11 +48,11 @@ def test_transfer_end_to_end_on_a_workload_the_source_never_saw(prefect_api_url,
     assert all(r["runs"] == 1 for r in rows.values())
     assert rows["finetuned"]["scheduler_episodes"] == rows["scratch"]["scheduler_episodes"] == 1  # same budget
     for label in ("finetune", "scratch"):
-        assert result[label]["episodes_done"] == 1 and result[label]["updates"] == 1
-    _, _, meta = load_scheduler(result["finetune"]["checkpoint"])
+        assert result[label].episodes_done == 1 and result[label].updates == 1
+    _, _, meta = load_scheduler(result["finetune"].checkpoint)
     assert meta["fine_tuned_from"] == source
     assert [e["env"] for e in meta["trained_on"]] == ["CartPole-v1", "Acrobot-v1"]
-    _, _, scratch_meta = load_scheduler(result["scratch"]["checkpoint"])
+    _, _, scratch_meta = load_scheduler(result["scratch"].checkpoint)
     assert "fine_tuned_from" not in scratch_meta
 
     client = MlflowClient(mlflow_uri)
@@ -67,8 +67,8 @@ def test_transfer_end_to_end_on_a_workload_the_source_never_saw(prefect_api_url,
     # One J for training and evaluation: gymnasium's reward_threshold for Acrobot-v1.
     assert {r.data.params["target_return"] for r in evals} == {"-100.0"}
     for label in ("finetune", "scratch"):
-        for e in result[label]["episodes"]:
-            assert client.get_run(e["run_id"]).data.params["target_return"] == "-100.0"
+        for e in result[label].episodes:
+            assert client.get_run(e.run_id).data.params["target_return"] == "-100.0"
 
     # its progress counts the scheduler-training episodes (one run each) and the three evaluations
     from prefect import get_client

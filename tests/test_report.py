@@ -18,6 +18,7 @@ from models.report import (
     summary_markdown,
     table_due,
 )
+from models.scheduler_training import SchedulerEpisodeRecord
 from models.session import RoundRecord, RunSummary
 
 
@@ -116,11 +117,13 @@ def test_scheduler_training_progress_and_summary():
     p = episodes_progress(3, 12, -1.25)
     assert p.percent == 25.0 and p.description == "3 of 12 scheduler episodes done, last reward -1.25"
     assert episodes_progress(0, 12).description == "0 of 12 scheduler episodes done"
-    episode = {"episode": 0, "episode/reward": -1.5, "episode/rounds": 7.0, "episode/target_reached": 1.0,
-               "episode/time_to_stop_s": 3.25, "episode/cost_usd": 0.0012, "episode/actors_mean": 6.5}
+    episode = SchedulerEpisodeRecord(episode=0, run_id="r0", actors=[6, 7] * 4, reward=-1.5, time_to_stop_s=3.25,
+                                     cost_usd=0.0012, server_cluster_cost_usd=0.01,
+                                     server_cluster_cost_no_startup_usd=0.005, rounds=8, target_reached=True,
+                                     best_return=480.0, wall_time_s=4.0)
     text = scheduler_summary_markdown("CartPole-v1", [episode], 1, "runs:/r/scheduler/scheduler.pt",
                                       MlflowLinks("sqlite:////s/mlflow.db", "2", "r"))
-    assert "| 0 | -1.5 | 7 | yes | 3.25 | 0.001200 | 6.5 |" in text
+    assert "| 0 | -1.5 | 8 | yes | 3.25 | 0.001200 | 6.5 |" in text
     assert "--scheduler learned:runs:/r/scheduler/scheduler.pt" in text
 
 

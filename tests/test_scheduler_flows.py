@@ -12,6 +12,8 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
+from models.scheduler_training import SchedulerTrainingResult
+
 pytestmark = pytest.mark.e2e
 
 TINY = {"env": "CartPole-v1", "i_max": 4, "max_rounds": 2, "fragment": 128, "local_workers": 1}
@@ -24,18 +26,18 @@ def test_train_scheduler_resume_and_train_with_it(prefect_api_url, mlflow_uri, t
     ckpt_dir = str(tmp_path / "ckpt")
     first = train_scheduler(episodes=1, batch_episodes=1, tracking_uri=mlflow_uri,
                             checkpoint_dir=ckpt_dir, **TINY)
-    assert first["episodes_done"] == 1 and first["updates"] == 1
+    assert first.episodes_done == 1 and first.updates == 1
     client = MlflowClient(mlflow_uri)
-    run_id = first["run_id"]
+    run_id = first.run_id
     assert [a.path for a in client.list_artifacts(run_id, "scheduler")] == ["scheduler/scheduler.pt"]
 
     # Resume (as after a crash): the same parent run continues from its last checkpoint artifact.
     out = tmp_path / "sched.pt"
     result = train_scheduler(episodes=2, batch_episodes=1, resume_run_id=run_id, output=str(out),
                              tracking_uri=mlflow_uri, checkpoint_dir=ckpt_dir, **TINY)
-    assert result["run_id"] == run_id
-    assert [e["episode"] for e in result["episodes"]] == [1] and result["updates"] == 2
-    assert all(1 <= a <= 4 for e in first["episodes"] + result["episodes"] for a in e["actors"])
+    assert result.run_id == run_id
+    assert [e.episode for e in result.episodes] == [1] and result.updates == 2
+    assert all(1 <= a <= 4 for e in first.episodes + result.episodes for a in e.actors)
 
     # The parent run: per-episode and per-update metrics, the checkpoint as an artifact.
     parent = client.get_run(run_id)
@@ -47,7 +49,7 @@ def test_train_scheduler_resume_and_train_with_it(prefect_api_url, mlflow_uri, t
     # The workload runs are nested under it, in the same experiment.
     children = client.search_runs([parent.info.experiment_id],
                                   filter_string=f"tags.mlflow.parentRunId = '{run_id}'")
-    assert {c.info.run_id for c in children} == {e["run_id"] for e in first["episodes"] + result["episodes"]}
+    assert {c.info.run_id for c in children} == {e.run_id for e in first.episodes + result.episodes}
     assert all(c.info.run_name.startswith("CartPole-v1__learned__") and c.info.status == "FINISHED"
                for c in children)
     assert len(children) == 2
@@ -67,12 +69,12 @@ def test_train_scheduler_resume_and_train_with_it(prefect_api_url, mlflow_uri, t
 
     # Every episode was a `train` run with scheduler='learned:<path>:sample': its trace is the
     # actor counts the run used.
-    for e in first["episodes"] + result["episodes"]:
-        child = client.get_run(e["run_id"])
+    for e in first.episodes + result.episodes:
+        child = client.get_run(e.run_id)
         assert child.data.tags["minionsrl.scheduler"] == "learned"
-        logged = [m.value for m in sorted(client.get_metric_history(e["run_id"], "sched/actors"),
+        logged = [m.value for m in sorted(client.get_metric_history(e.run_id, "sched/actors"),
                                           key=lambda m: m.step)]
-        assert logged == e["actors"]
+        assert logged == e.actors
 
     # `train(scheduler='learned:runs:/...')` loads it from train's tracking_uri, whatever
     # MLFLOW_TRACKING_URI says (here: another store, which does not have the run).
@@ -81,13 +83,13 @@ def test_train_scheduler_resume_and_train_with_it(prefect_api_url, mlflow_uri, t
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{elsewhere / 'mlflow.db'}")
     from flows.train import train
 
-    summary = train(scheduler=f"learned:{result['artifact_uri']}", tracking_uri=mlflow_uri,
+    summary = train(scheduler=f"learned:{result.artifact_uri}", tracking_uri=mlflow_uri,
                     checkpoint_dir=ckpt_dir, **{**TINY, "max_rounds": 1})
     assert summary.tracking_uri == mlflow_uri and summary.rounds == 1
     assert summary.scheduler_trace.mode == "greedy"
     tags = client.get_run(summary.run_id).data.tags
     assert tags["minionsrl.scheduler"] == "learned"
-    assert tags["minionsrl.scheduler_source"] == f"learned:{result['artifact_uri']}"
+    assert tags["minionsrl.scheduler_source"] == f"learned:{result.artifact_uri}"
     assert not (elsewhere / "artifacts").exists()
 
 
@@ -172,8 +174,9 @@ def test_scheduler_command_line(monkeypatch, argv, flow_name, expected):
 
     def fake(**kwargs):
         seen.update(kwargs)
-        return {"episodes": [], "checkpoint": "c.pt", "artifact_uri": "runs:/x/scheduler/scheduler.pt",
-                "tracking_uri": "sqlite:///x.db", "episodes_done": 0, "updates": 0, "wall_s": 0.0}
+        return SchedulerTrainingResult(run_id="x", checkpoint="c.pt", artifact_uri="runs:/x/scheduler/scheduler.pt",
+                                       tracking_uri="sqlite:///x.db", experiment="e", episodes_done=0, updates=0,
+                                       wall_s=0.0)
 
     monkeypatch.setattr(scheduler_flows, flow_name, fake)
     monkeypatch.setattr(scheduler_flows, "prefect_api", contextlib.nullcontext)

@@ -6,6 +6,7 @@ there from scratch (flows/scheduler_flows.py), then evaluate both.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from flows.experiments.common import LEARNED, Experiment, bars, learned_spec
 from flows.scheduler_flows import WORKLOAD_KEYS, finetune_scheduler, scheduler_target, train_scheduler
 from models.config import ConfigError
 from models.experiment_stats import aggregate, row_metrics, stripped
+from models.scheduler_training import SchedulerTrainingResult
 
 
 @flow(name="scheduler-transfer", flow_run_name="transfer-to-{env}", persist_result=False, validate_parameters=True)
@@ -78,30 +80,30 @@ def scheduler_transfer(
         # schedulers (fine-tuned, scratch, zero-shot) on every eval seed
         exp.plan(finetune_episodes + scratch_episodes + 3 * len(eval_seeds))
 
-        def counted(label: str, result: dict[str, Any]) -> dict[str, Any]:
-            exp.count_done(result["episodes_done"], f"{label} scheduler trained, "
-                           f"{result['episodes_done']} episodes in {result['wall_s']:.0f} s")
+        def counted(label: str, result: SchedulerTrainingResult) -> SchedulerTrainingResult:
+            exp.count_done(result.episodes_done, f"{label} scheduler trained, "
+                           f"{result.episodes_done} episodes in {result.wall_s:.0f} s")
             return result
 
         trained = {"finetuned": counted("finetuned", finetune_scheduler(source=source, episodes=finetune_episodes,
                                                                         **common)),
                    "scratch": counted("scratch", train_scheduler(episodes=scratch_episodes, **common))}
         logger.info("scheduler training wall time: fine-tune %.0fs, scratch %.0fs",
-                    trained["finetuned"]["wall_s"], trained["scratch"]["wall_s"])
-        candidates = {"finetuned": trained["finetuned"]["checkpoint"], "scratch": trained["scratch"]["checkpoint"],
+                    trained["finetuned"].wall_s, trained["scratch"].wall_s)
+        candidates = {"finetuned": trained["finetuned"].checkpoint, "scratch": trained["scratch"].checkpoint,
                       "zero-shot": source}
         evals = {label: [exp.train(learned_spec(ref), s, label) for s in eval_seeds]
                  for label, ref in candidates.items()}
         rows = [aggregate(label, summaries).with_columns(
-                    scheduler_training_wall_s=trained[label]["wall_s"] if label in trained else 0.0,
-                    scheduler_episodes=trained[label]["episodes_done"] if label in trained else 0)
+                    scheduler_training_wall_s=trained[label].wall_s if label in trained else 0.0,
+                    scheduler_episodes=trained[label].episodes_done if label in trained else 0)
                 for label, summaries in evals.items()]
         exp.tracker.log_metrics(row_metrics(rows, ("time_s_mean", "cost_usd_mean", "scheduler_training_wall_s")),
                                 step=0)
         fig, (ax_l, ax_t, ax_c) = plt.subplots(1, 3, figsize=(15, 4))
         for i, (label, res) in enumerate(trained.items()):
-            ax_l.plot([e["episode"] for e in res["episodes"]], [e["episode/reward"] for e in res["episodes"]],
-                      "o-", color=f"C{i}", label=f"{label} ({res['wall_s']:.0f}s)")
+            ax_l.plot([e.episode for e in res.episodes], [e.reward for e in res.episodes],
+                      "o-", color=f"C{i}", label=f"{label} ({res.wall_s:.0f}s)")
         ax_l.set_xlabel("scheduler episode")
         ax_l.set_ylabel("episode reward")
         ax_l.legend()
@@ -111,8 +113,9 @@ def scheduler_transfer(
                      f"episodes vs {scratch_episodes} from scratch; evaluated greedy on seeds {eval_seeds}",
                      fontsize=9)
         tuned, scratch = trained["finetuned"], trained["scratch"]
-        saved = 1 - tuned["wall_s"] / scratch["wall_s"] if scratch["wall_s"] > 0 else math.nan
-        md = (f"Scheduler training wall time: fine-tune {tuned['wall_s']:.0f}s vs scratch "
-              f"{scratch['wall_s']:.0f}s ({saved:.0%} less).")
-        out = exp.publish(fig, rows, md, {"finetune": tuned, "scratch": scratch, "evals": stripped(evals)})
+        saved = 1 - tuned.wall_s / scratch.wall_s if scratch.wall_s > 0 else math.nan
+        md = (f"Scheduler training wall time: fine-tune {tuned.wall_s:.0f}s vs scratch "
+              f"{scratch.wall_s:.0f}s ({saved:.0%} less).")
+        out = exp.publish(fig, rows, md, {"finetune": dataclasses.asdict(tuned), "scratch": dataclasses.asdict(scratch),
+                                          "evals": stripped(evals)})
         return {"rows": [r.as_dict() for r in rows], "finetune": tuned, "scratch": scratch, **out}
