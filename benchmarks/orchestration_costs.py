@@ -11,6 +11,8 @@
    32 actors (CartPole-v1, 10 rounds of 512-step fragments), with the server's task-run
    recorder batched (deployments/local_api.py SERVER_DEFAULTS) and, given --unbatched, also
    with Prefect's default (a transaction per event) in a second server.
+5. One round's timeline at 8 actors (round 3 of 5): when the subflow's body starts, when each
+   rollout task's body starts and ends, the update, the subflow's return, the next schedule.
 
     .venv/bin/python -m benchmarks.orchestration_costs [--unbatched]
 """
@@ -125,6 +127,66 @@ def cpu_per_round(tracking_uri: str, actors: int, rounds: int = 10) -> dict[str,
             "wall_s": wall / rounds}
 
 
+def round_timeline(tracking_uri: str, actors: int = 8, rounds: int = 5, show: int = 3) -> list[tuple[float, str, str]]:
+    """(ms from the call of round `show`, thread, event) up to the call of the next round."""
+    import functools
+    import threading
+
+    from prefect.futures import PrefectFutureList
+    from prefect.tasks import Task
+
+    import flows.train as ft
+    import tasks.rounds as tr
+
+    events: list[tuple[float, str, str]] = []
+
+    def mark(name: str) -> None:
+        events.append((time.perf_counter(), threading.current_thread().name, name))
+
+    def timed(fn, start: str, end: str):
+        @functools.wraps(fn)  # keeps the signature: Prefect binds parameters by it
+        def inner(*args, **kwargs):
+            mark(start)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                mark(end)
+        return inner
+
+    saved = [(t, t.fn) for t in (tr.rollout, tr.update, tr.schedule)]
+    saved_result, saved_round_flow = PrefectFutureList.result, ft.round_flow
+    saved_call = Task.__call__
+    for t, fn in saved:
+        t.fn = timed(fn, f"{t.name} body start", f"{t.name} body end")
+    PrefectFutureList.result = timed(saved_result, "rollout futures .result() start", "rollout futures .result() end")
+    Task.__call__ = timed(saved_call, "task call", "task returned")
+
+    def round_flow(*args, **kwargs):
+        subflow = saved_round_flow(*args, **kwargs)
+        subflow.fn = timed(subflow.fn, "subflow body start", "subflow body end")
+
+        def call(**params):
+            mark(f"ROUND {params['round_index']} call")
+            try:
+                return subflow(**params)
+            finally:
+                mark("round subflow returned")
+        return call
+
+    ft.round_flow = round_flow
+    try:
+        ft.train(env="CartPole-v1", scheduler=f"fixed:{actors}", max_rounds=rounds, fragment=512, target_return=1e9,
+                 budget_usd=100.0, seed=0, tracking_uri=tracking_uri, experiment="benchmark/orchestration-costs")
+    finally:
+        for t, fn in saved:
+            t.fn = fn
+        PrefectFutureList.result, ft.round_flow, Task.__call__ = saved_result, saved_round_flow, saved_call
+    names = [e[2] for e in events]
+    first, last = names.index(f"ROUND {show} call"), names.index(f"ROUND {show + 1} call")
+    t0 = events[first][0]
+    return [(1000 * (t - t0), thread, name) for t, thread, name in events[first:last + 1]]
+
+
 def server_part(tracking_uri: str, label: str) -> None:
     from deployments.local_api import prefect_api
     from flows.train import train
@@ -139,6 +201,10 @@ def server_part(tracking_uri: str, label: str) -> None:
                   f"{n:.0f} API calls (median of 20)", flush=True)
         train(env="CartPole-v1", scheduler="fixed:8", max_rounds=2, fragment=512, target_return=1e9,
               budget_usd=100.0, seed=0, tracking_uri=tracking_uri, experiment="benchmark/orchestration-costs")
+        if label.startswith("batched"):
+            print("\none round's timeline, 8 actors (ms from the round's call):", flush=True)
+            for ms, thread, name in round_timeline(tracking_uri):
+                print(f"  {ms:7.1f}  {thread:22s} {name}", flush=True)
         for actors in (8, 32):
             r = cpu_per_round(tracking_uri, actors)
             print(f"{label}, {actors} actors: per round server CPU {r['server_cpu_s']:.3f} s, this process "

@@ -122,6 +122,7 @@ def train_scheduler(
     resume_run_id: str | None = None,
     output: str | None = None,
     beta: float = 0.1,
+    cost_weight: float = 0.0,
     learning_rate: float | None = None,
     agent: dict[str, Any] | None = None,
     i_max: int = 32,
@@ -149,7 +150,9 @@ def train_scheduler(
         resume_run_id: a crashed or stopped train-scheduler MLflow run to continue from its
             last logged checkpoint.
         output: also copy the final checkpoint here.
-        beta: weight of the round time in the reward r_k = -beta * P_k.
+        beta: weight of a round in the reward r_k = -beta * (P_k + cost_weight * C_k).
+        cost_weight: seconds of training time one USD of round cost is worth in the reward; 0
+            (the default) is the paper's time-only reward.
         learning_rate: the scheduler's Adam step size (default 1e-3, or the checkpoint's).
         agent: other scheduler PPO settings (models/scheduler_agent.py AgentConfig).
         i_max: the workload's largest actor count I_max (the scheduler's action space).
@@ -171,6 +174,7 @@ def train_scheduler(
                           f"[1, {MAX_CONCURRENCY}]")
     overrides = dict(agent or {})
     overrides["beta"] = beta
+    overrides["cost_weight"] = cost_weight
     if learning_rate is not None:
         overrides["learning_rate"] = learning_rate
     workload = {"i_max": i_max, "target_return": target_return, "budget_usd": budget_usd,
@@ -229,7 +233,7 @@ def train_scheduler(
     if entry is None:
         entry = {"env": env, "episodes": 0, "mlflow_run_id": run_id, "seed": seed,
                  "mode": "finetune" if init_from else "scratch", "workload": workload,
-                 "beta": beta, "batch_episodes": batch_episodes, "wall_s": 0.0}
+                 "beta": beta, "cost_weight": cost_weight, "batch_episodes": batch_episodes, "wall_s": 0.0}
         meta["trained_on"].append(entry)
     work = ckpt_root / "schedulers" / run_id
     ckpt = work / ARTIFACT_NAME
@@ -250,7 +254,7 @@ def train_scheduler(
                 summaries += [f.result() for f in futures]
             learn_from = []
             for e, summary in zip(batch, summaries, strict=True):
-                rewards = rewards_from_summary(summary, sched_agent.config.beta)
+                rewards = rewards_from_summary(summary, sched_agent.config.beta, sched_agent.config.cost_weight)
                 learn_from.append(Episode.from_trace(summary.scheduler_trace, rewards))
                 record = SchedulerEpisodeRecord.from_summary(e, summary, rewards)
                 tracker.log_metrics(record.metrics(), step=e)
@@ -340,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume-run-id")
     parser.add_argument("--out", help="copy the final checkpoint here")
     parser.add_argument("--beta", type=float, default=0.1)
+    parser.add_argument("--cost-weight", type=float, default=0.0,
+                        help="seconds one USD of round cost is worth in the reward (0: time only, the paper's)")
     parser.add_argument("--learning-rate", type=float)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--experiment")
@@ -348,6 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     quiet_console(args.verbose)  # one line per episode and round; everything still reaches Prefect
     options = {"concurrency": args.concurrency, "output": args.out, "beta": args.beta,
+               "cost_weight": args.cost_weight,
                "learning_rate": args.learning_rate, "seed": args.seed, "experiment": args.experiment,
                **workload_arguments(args, "env", "episodes", "batch_episodes")}
     with prefect_api():

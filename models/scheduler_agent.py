@@ -39,7 +39,10 @@ class AgentConfig:
     learning_rate: float = 1e-3
     """Adam step size."""
     beta: float = 0.1
-    """Weight of the round time in the reward r_k = -beta * P_k; in (0, 1)."""
+    """Weight of the round in the reward r_k = -beta * (P_k + cost_weight * C_k); in (0, 1)."""
+    cost_weight: float = 0.0
+    """Seconds of training time one USD of a round's cost C_k is worth in the reward; 0, the
+    default, is the paper's time-only reward (models/scheduler_reward.py)."""
     gamma: float = 0.99
     """Discount over rounds."""
     gae_lambda: float = 0.95
@@ -63,6 +66,7 @@ class AgentConfig:
         checks = [
             (self.learning_rate > 0, "learning_rate must be > 0"),
             (0 < self.beta < 1, "beta must be in (0, 1)"),
+            (self.cost_weight >= 0 and math.isfinite(self.cost_weight), "cost_weight must be finite and >= 0"),
             (0 < self.gamma <= 1, "gamma must be in (0, 1]"),
             (0 <= self.gae_lambda <= 1, "gae_lambda must be in [0, 1]"),
             (self.clip_coef > 0, "clip_coef must be > 0"),

@@ -37,6 +37,7 @@ class SyntheticRounds:
         left, ret, best = self.budget, math.nan, -math.inf
         learner_s = actor_s = 0.0
         times: list[float] = []
+        costs: list[float] = []
         reached = spent = False
         for k in range(self.max_rounds):
             actors = scheduler.choose(RoundState(k, 0.1, ret, 0.01, learner_s, actor_s, left))
@@ -45,6 +46,7 @@ class SyntheticRounds:
                 spent = True
                 break
             left -= cost
+            costs.append(cost)
             times.append(self.a + self.b / actors)
             learner_s, actor_s = self.a, self.s + self.b / actors
             ret = self.target * (k + 1) / self.work
@@ -52,27 +54,29 @@ class SyntheticRounds:
             if k + 1 >= self.work:
                 reached = True
                 break
-        return {"round_times": times, "decisions": len(scheduler.trace().steps),
+        return {"round_times": times, "round_costs": costs, "decisions": len(scheduler.trace().steps),
                 "target_reached": reached, "budget_spent": spent, "best_return": best}
 
-    def rewards(self, outcome: dict, beta: float = 0.1) -> np.ndarray:
+    def rewards(self, outcome: dict, beta: float = 0.1, cost_weight: float = 0.0) -> np.ndarray:
         return episode_rewards(outcome["round_times"], outcome["decisions"],
                                target_reached=outcome["target_reached"],
                                budget_spent=outcome["budget_spent"],
-                               best_return=outcome["best_return"], target_return=self.target, beta=beta)
+                               best_return=outcome["best_return"], target_return=self.target, beta=beta,
+                               round_costs=outcome["round_costs"], cost_weight=cost_weight)
 
     def normaliser(self) -> StateNormaliser:
         return StateNormaliser(self.target, self.max_rounds, self.budget)
 
 
-def train_on(model: SyntheticRounds, episodes: int, seed: int, batch: int = 8) -> SchedulerAgent:
+def train_on(model: SyntheticRounds, episodes: int, seed: int, batch: int = 8,
+             cost_weight: float = 0.0) -> SchedulerAgent:
     agent = SchedulerAgent(4, seed=seed)
     scheduler = LearnedScheduler(agent, model.normaliser(), mode="sample", seed=seed)
     pending = []
     for _ in range(episodes):
         scheduler.reset()
         outcome = model.run(scheduler)
-        pending.append(Episode.from_trace(scheduler.trace(), model.rewards(outcome)))
+        pending.append(Episode.from_trace(scheduler.trace(), model.rewards(outcome, cost_weight=cost_weight)))
         if len(pending) == batch:
             agent.update(pending)
             pending = []

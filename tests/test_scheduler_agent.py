@@ -42,6 +42,21 @@ def test_agent_learns_the_optimum_of_the_synthetic_model(budget, best_i, best_ti
     assert sum(outcome["round_times"]) == pytest.approx(best_time)
 
 
+# With the cost in the reward, r = -0.1 * (P + w * C): at w = 3 a round with I = 1..4 scores
+# -0.1 * (52, 49, 50, 52), so 2 actors every round is the optimum once all fit the budget, where
+# time alone (w = 0) picks 4 (the table above).
+COST_WEIGHT, COST_OPTIMUM = 3.0, 2
+
+
+def test_with_the_cost_in_the_reward_the_agent_learns_the_cheaper_schedule():
+    torch.set_num_threads(1)
+    model = SyntheticRounds(budget=200.0)
+    agent = train_on(model, episodes=320, seed=0, cost_weight=COST_WEIGHT)
+    actors, outcome = greedy_schedule(agent, model)
+    assert actors == [COST_OPTIMUM] * model.work
+    assert outcome["target_reached"] and not outcome["budget_spent"]
+
+
 class Scripted:
     """Plays a given schedule through the model (the brute force below); no network involved."""
 
@@ -68,6 +83,12 @@ def test_the_table_is_the_optimum_by_brute_force():
         assert scored[0][1] == (best_i,) * model.work
         assert scored[0][0] == pytest.approx(-0.1 * best_time)
         assert scored[1][0] < scored[0][0] - 0.05  # unique, by a margin
+    model = SyntheticRounds(budget=200.0)
+    scored = sorted(((float(model.rewards(model.run(Scripted(sched + (1,) * 4)), cost_weight=COST_WEIGHT).sum()),
+                      sched) for sched in itertools.product(range(1, 5), repeat=model.work)), reverse=True)
+    assert scored[0][1] == (COST_OPTIMUM,) * model.work
+    assert scored[0][0] == pytest.approx(-0.1 * 49 * model.work)
+    assert scored[1][0] < scored[0][0] - 0.05
 
 
 def test_agent_config_is_validated():
@@ -76,6 +97,9 @@ def test_agent_config_is_validated():
     with pytest.raises(ConfigError, match="unknown scheduler agent parameter"):
         AgentConfig().replace({"lr": 0.1})
     assert AgentConfig().replace({"learning_rate": 5e-3}).learning_rate == 5e-3
+    with pytest.raises(ConfigError, match="cost_weight"):
+        AgentConfig().replace({"cost_weight": -1.0})
+    assert AgentConfig().cost_weight == 0.0  # the paper's time-only reward unless asked
 
 
 # Fingerprint (tests/fingerprints.py) of SchedulerAgent(4, seed=0)'s initial parameters, one thread,

@@ -156,11 +156,11 @@ def test_scheduler_training_falls_back_to_gymnasiums_threshold(env, expected):
 
 @pytest.mark.parametrize(("argv", "flow_name", "expected"), [
     (["train"], "train_scheduler",
-     {"resume_run_id": None, "concurrency": 1, "output": None, "beta": 0.1, "learning_rate": None, "seed": 0,
-      "experiment": None}),
+     {"resume_run_id": None, "concurrency": 1, "output": None, "beta": 0.1, "cost_weight": 0.0,
+      "learning_rate": None, "seed": 0, "experiment": None}),
     (["finetune", "--source", "runs:/abc/scheduler/scheduler.pt", "--env", "Acrobot-v1", "--episodes", "3",
       "--i-max", "8", "--target-return", "-100", "--tracking-uri", "sqlite:///x.db"], "finetune_scheduler",
-     {"source": "runs:/abc/scheduler/scheduler.pt", "concurrency": 1, "output": None, "beta": 0.1,
+     {"source": "runs:/abc/scheduler/scheduler.pt", "concurrency": 1, "output": None, "beta": 0.1, "cost_weight": 0.0,
       "learning_rate": None, "seed": 0, "experiment": None, "env": "Acrobot-v1", "episodes": 3, "i_max": 8,
       "target_return": -100.0, "tracking_uri": "sqlite:///x.db"}),
 ])

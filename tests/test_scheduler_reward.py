@@ -67,3 +67,16 @@ def test_rewards_from_summary():
     np.testing.assert_allclose(rewards_from_summary(summary), [-0.1, -0.2, -175.0], rtol=0, atol=1e-9)
     with pytest.raises(ValueError, match="trace"):
         rewards_from_summary(dataclasses.replace(summary, scheduler_trace=None))
+
+
+def test_the_cost_term_prices_each_rounds_cost_in_seconds():
+    common = dict(target_reached=True, budget_spent=False, best_return=500.0, target_return=475.0, beta=0.1)
+    time_only = episode_rewards([2.0, 1.0], 2, **common)
+    assert time_only.tolist() == pytest.approx([-0.2, -0.1])
+    assert episode_rewards([2.0, 1.0], 2, round_costs=[0.5, 0.25], **common).tolist() == time_only.tolist()
+    priced = episode_rewards([2.0, 1.0], 2, round_costs=[0.5, 0.25], cost_weight=4.0, **common)
+    assert priced.tolist() == pytest.approx([-0.1 * (2.0 + 4 * 0.5), -0.1 * (1.0 + 4 * 0.25)])
+    with pytest.raises(ValueError, match="one cost per round"):
+        episode_rewards([2.0, 1.0], 2, round_costs=[0.5], cost_weight=1.0, **common)
+    with pytest.raises(ConfigError, match="cost_weight"):
+        episode_rewards([2.0], 1, round_costs=[0.5], cost_weight=-1.0, **common)
