@@ -25,6 +25,20 @@ def test_health_answers_while_many_websockets_are_open(prefect_api_url):
 
 
 
+def test_the_server_batches_its_task_run_recording(prefect_api_url):
+    """Prefect's recorder writes each task-run event in its own transaction (batch size 1);
+    the server we start batches them (deployments/local_api.py SERVER_DEFAULTS), as the
+    server's own settings say."""
+    import json
+
+    from deployments.local_api import SERVER_DEFAULTS
+
+    with urllib.request.urlopen(f"{prefect_api_url}/admin/settings", timeout=10) as response:
+        recorder = json.loads(response.read())["server"]["services"]["task_run_recorder"]
+    assert recorder["batch_size"] == int(SERVER_DEFAULTS["PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE"]) > 1
+    assert recorder["flush_interval"] == float(SERVER_DEFAULTS["PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_FLUSH_INTERVAL"])
+
+
 def test_clients_of_the_temporary_api_skip_csrf_tokens(prefect_api_url):
     """Its server issues none (CSRF protection off): asking would cost every new client,
     one per round subflow, an API call."""
