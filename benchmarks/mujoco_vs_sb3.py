@@ -1,4 +1,4 @@
-"""MuJoCo (Hopper-v5 by default): ours (Fixed(8), through the `train` flow) against Stable-Baselines3
+"""MuJoCo (Hopper-v5 by default): ours (the preset's Fixed(N), through the `train` flow) against Stable-Baselines3
 PPO peers, for the same number of env steps, in one run. Issue 5 compared the project's tuned
 Hopper preset with RL-Zoo's Hopper PPO at R >= 1000; issue 17 showed that return is Hopper's
 standing plateau, so every evaluation here also says what the body did (models/locomotion.py):
@@ -56,7 +56,15 @@ import numpy as np
 import torch
 
 RESULTS = Path(__file__).resolve().parent / "results"
-N_ACTORS = 8
+
+
+def preset_actors(preset: dict) -> int:
+    """N of the preset's fixed:N scheduler: ours runs Fixed(N) x the preset's fragment."""
+    kind, _, n = str(preset["scheduler"]).partition(":")
+    if kind != "fixed" or not n.isdigit():
+        raise SystemExit(f"this benchmark runs a preset's Fixed(N); the preset has {preset['scheduler']!r}")
+    return int(n)
+
 PEERS = ("rlzoo", "cleanrl")
 
 # rl-baselines3-zoo hyperparams/ppo.yml (-v3 ids; tuned for 1M steps, Humanoid for 10M).
@@ -73,7 +81,7 @@ RLZOO = {
 }
 PER_EPISODE_KEYS = ("curve", "evals", "eval_returns", "eval_lengths", "eval_forward_displacement",
                     "eval_forward_reward_sum")
-PEER_NAMES = {"ours": "MinionsRL Fixed(8), train flow", "rlzoo": "SB3 PPO, RL-Zoo settings",
+PEER_NAMES = {"ours": "MinionsRL, the preset's Fixed(N), train flow", "rlzoo": "SB3 PPO, RL-Zoo settings",
               "cleanrl": "SB3 PPO, CleanRL's settings"}
 
 
@@ -210,7 +218,7 @@ def sb3_run(peer: str, env_id: str, seed: int, steps: int, window: int, eval_epi
     torch.set_num_threads(1)
     started = time.perf_counter()
     model, env = sb3_model(peer, env_id, seed, steps)
-    # eval seeds as ours: 10,000 + the number of 8-actor rounds done
+    # eval seeds as ours: 10,000 + the number of our rounds done (window = one round of ours)
     log = progress_log(started, eval_every * window,
                        lambda n: sb3_evaluate(model, env, env_id, eval_episodes, 10_000 + n // window))
     model.learn(total_timesteps=steps, callback=log)
@@ -285,7 +293,7 @@ def ours_run(env_id: str, seed: int, rounds: int, tracking_uri: str, eval_episod
     preset = preset_for(env_id, variant)
     started, called_at = time.perf_counter(), time.time()
     # Run the full step budget (target far away) so that both sides train equally long.
-    summary = train(env=env_id, scheduler=f"fixed:{N_ACTORS}", seed=seed, max_rounds=rounds,
+    summary = train(env=env_id, preset=variant, scheduler=preset["scheduler"], seed=seed, max_rounds=rounds,
                     target_return=1e9, budget_usd=1e6, tracking_uri=tracking_uri,
                     fragment=int(preset["fragment"]), ppo={**preset["ppo"], **(ppo or {})},
                     eval_every=eval_every, eval_episodes=eval_episodes if eval_every else None,
@@ -405,7 +413,8 @@ def main() -> None:
     target = args.target if args.target is not None else (
         float(preset["target_return"]) if args.variant else 1000.0)
     fragment = int(preset["fragment"])
-    window = N_ACTORS * fragment
+    actors = preset_actors(preset)
+    window = actors * fragment
     rounds = args.steps // window
     steps = rounds * window
     tracking_uri = args.tracking_uri or default_tracking_uri()
@@ -413,10 +422,11 @@ def main() -> None:
     # issue 5's file name kept for its run
     out = Path(args.out) if args.out else RESULTS / (
         "hopper_vs_sb3.json" if label == "Hopper-v5" else f"{label}_vs_sb3.json")
-    print(f"{args.env}{' (' + args.variant + ')' if args.variant else ''}: {rounds} rounds x {N_ACTORS} "
+    print(f"{args.env}{' (' + args.variant + ')' if args.variant else ''}: {rounds} rounds x {actors} "
           f"actors x {fragment} steps = {steps} env steps each; J = {target:g}; SB3 window for "
           f"R_k-like figures: {window} steps; peers {args.peers}", flush=True)
-    settings = {"env": args.env, "variant": args.variant, "target": target, "steps": steps,
+    settings = {"env": args.env, "variant": args.variant, "scheduler": preset["scheduler"],
+                "fragment": fragment, "target": target, "steps": steps,
                 "eval_every": args.eval_every, "eval_episodes": args.eval_episodes, "ppo_overrides": args.ppo}
     rows = [] if args.fresh else resumable_rows(out, settings)
     if rows:
@@ -433,11 +443,11 @@ def main() -> None:
         if not args.report_only:
             print(f"temporary Prefect API up in {time.perf_counter() - t0:.1f} s (not counted)", flush=True)
         for seed in [] if args.report_only else args.seeds:  # alternate, so machine load drifts hit every side alike
-            runs = [lambda s=seed, p=peer: sb3_run(p, args.env, s, steps, window, args.eval_episodes,
-                                                   target, args.eval_every) for peer in args.peers]
-            runs.append(lambda s=seed: ours_run(args.env, s, rounds, tracking_uri, args.eval_episodes,
-                                                target, args.eval_every, args.variant, args.ppo))
-            whos = [*args.peers, "ours"]
+            runs = [lambda s=seed: ours_run(args.env, s, rounds, tracking_uri, args.eval_episodes,
+                                            target, args.eval_every, args.variant, args.ppo)]
+            runs += [lambda s=seed, p=peer: sb3_run(p, args.env, s, steps, window, args.eval_episodes,
+                                                    target, args.eval_every) for peer in args.peers]
+            whos = ["ours", *args.peers]
             for who, run in zip(whos, runs, strict=True):
                 if any(r["who"] == who and r["seed"] == seed for r in rows):
                     continue  # done in an earlier call

@@ -141,7 +141,10 @@ def train_run_name() -> str:
         scheduler = parse_learned_spec(scheduler).short_name
     if p.get("system") == SYSTEM_CLUSTER:  # its own system: say so, next to the workload
         scheduler = f"{SYSTEM_CLUSTER}-{p.get('scheduler') or 'fixed'}"
-    return f"{p.get('env') or 'CartPole-v1'}-{scheduler.replace(':', '')}-seed{p.get('seed') or 0}"
+    workload = p.get("env") or "CartPole-v1"
+    if p.get("preset"):
+        workload += f"-{p['preset']}"
+    return f"{workload}-{scheduler.replace(':', '')}-seed{p.get('seed') or 0}"
 
 
 @flow(name="train", flow_run_name=train_run_name, persist_result=False, validate_parameters=True)
@@ -177,6 +180,7 @@ def train(
     log_model: bool | None = None,
     system: str | None = None,
     bill_cluster_startup: bool | None = None,
+    preset: str | None = None,
 ) -> RunSummary:
     """Train PPO on `env` with per-round actor counts chosen by `scheduler`.
 
@@ -232,6 +236,9 @@ def train(
             as local worker processes started once, billed for all its wall time).
         bill_cluster_startup: server-cluster: bill the cluster's start-up in the first round
             (default true); the summary reports its cost with and without it either way.
+        preset: a variant of the env's preset to fill the unset parameters from, e.g.
+            locomotion (Hopper-v5, HalfCheetah-v5: a J that needs forward motion and its step
+            budget; models/data/presets.toml); default the env's own preset (the paper's J).
     """
     setup = prepare_run(given_arguments(locals(), exclude=("resume",)), resume)
     cfg = setup.config

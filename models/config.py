@@ -232,6 +232,9 @@ class RunConfig:
     bill_cluster_startup: bool = True
     """server-cluster: bill the cluster's start-up (price table) in the run's first round; the
     summary reports the cluster's cost with and without it either way."""
+    preset_variant: str | None = None
+    """The variant of the env's preset that filled the unset parameters (models/data/presets.toml,
+    e.g. 'locomotion'); None: the env's own preset."""
 
     # What a resumed run may change (recorded as a tag): where and how long it runs, never
     # what it learns. tracking_uri: a store moved elsewhere (the run must exist there).

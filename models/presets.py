@@ -65,7 +65,8 @@ def resolve_run_config(given: dict[str, Any]) -> RunConfig:
     given = dict(given)
     env_id = given.pop("env", None) or DEFAULT_ENV
     check_env_id(env_id)
-    preset = preset_for(env_id)
+    variant = given.pop("preset", None)
+    preset = preset_for(env_id, variant)
     backend = _backend(**{k: given.pop(k, None) for k in _BACKEND_PARAMS})
     ppo = PPOConfig().replace(preset.get("ppo")).replace(given.pop("ppo", None))
     prices_file = given.pop("prices_file", None)
@@ -76,6 +77,7 @@ def resolve_run_config(given: dict[str, Any]) -> RunConfig:
     values = {key: preset[key] for key in PRESET_KEYS}
     values.update(given)
     values.setdefault("experiment", f"minionsrl/{env_id}")
+    values["preset_variant"] = variant
     prices = PriceTable.load(prices_file).with_actor_memory(float(values["actor_memory_gb"]))
     if values.get("system") == SYSTEM_CLUSTER:
         # the cluster's size decides the actor count and the pool: the preset's scheduler and
@@ -102,6 +104,8 @@ def resolve_run_changes(given: dict[str, Any], stored: RunConfig) -> dict[str, A
     changes: dict[str, Any] = {}
     if "env" in given:
         changes["env_id"] = given.pop("env")
+    if "preset" in given:
+        changes["preset_variant"] = given.pop("preset")
     backend_params = {k: given.pop(k, None) for k in _BACKEND_PARAMS}
     if any(v is not None for v in backend_params.values()):
         same_backend = backend_params["backend"] in (None, stored.backend.name)

@@ -144,11 +144,33 @@ def test_every_train_parameter_lands_in_the_one_run_config():
 
     params = set(inspect.signature(train.fn).parameters)
     fields = {f.name for f in dataclasses.fields(RunConfig)}
-    # parameters that build a field of another name: env -> env_id, prices_file -> prices, and
-    # the backend's options -> backend (a typed spec, with the `backend` name parameter)
-    expected = (fields - {"env_id", "prices"}) | {"env", "prices_file", "backend_options",
-                                                    "local_workers", "warm_actors", "resume"}
+    # parameters that build a field of another name: env -> env_id, prices_file -> prices,
+    # preset -> preset_variant, and the backend's options -> backend (a typed spec, with the
+    # `backend` name parameter)
+    expected = (fields - {"env_id", "prices", "preset_variant"}) | {
+        "env", "prices_file", "preset", "backend_options", "local_workers", "warm_actors", "resume"}
     assert params == expected, params ^ expected
+
+
+def test_a_preset_variant_fills_what_is_unset_and_is_recorded():
+    hop = resolve("Hopper-v5", preset="locomotion", seed=1)
+    assert (hop.preset_variant, hop.target_return, hop.scheduler, hop.fragment, hop.max_rounds) == (
+        "locomotion", 2000.0, "fixed:2", 1024, 488)
+    assert (hop.ppo.gamma, hop.ppo.init_log_std, hop.ppo.clip_vloss) == (0.99, 0.0, True)
+    assert resolve("Hopper-v5", preset="locomotion", scheduler="fixed:4").scheduler == "fixed:4"
+    paper = resolve("Hopper-v5")
+    assert (paper.preset_variant, paper.target_return, paper.ppo.gamma) == (None, 600.0, 0.999)
+    with pytest.raises(ConfigError, match=r"CartPole-v1 has no 'locomotion' preset variant"):
+        resolve(preset="locomotion")
+
+
+def test_a_resume_keeps_its_preset_variant():
+    from models.presets import resolve_run_changes
+
+    stored = resolve("Hopper-v5", preset="locomotion")
+    assert resolve_run_changes({"preset": "locomotion", "max_rounds": 9}, stored) == {"max_rounds": 9}
+    with pytest.raises(ConfigError, match=r"cannot change \['preset_variant'\] when resuming"):
+        stored.with_changes(resolve_run_changes({"preset": None}, stored))
 
 
 def test_backend_options_become_a_typed_spec():
