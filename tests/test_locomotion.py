@@ -120,7 +120,9 @@ def test_locomotion_presets_leave_the_papers_presets_as_they_are():
     assert hop["max_rounds"] * 2 * hop["fragment"] == 999_424
     assert hop["ppo"]["gamma"] == 0.99 and hop["ppo"]["anneal_lr"] is True and hop["ppo"]["init_log_std"] == 0.0
     PPOConfig().replace(hop["ppo"]).validate()
-    assert preset_for("HalfCheetah-v5", "locomotion")["target_return"] == 1500
+    cheetah = preset_for("HalfCheetah-v5", "locomotion")
+    assert (cheetah["target_return"], cheetah["scheduler"], cheetah["ppo"]["init_log_std"]) == (1500, "fixed:2", -0.7)
+    assert cheetah["max_rounds"] * 2 * cheetah["fragment"] == 999_424
     with pytest.raises(ConfigError, match="no 'locomotion' preset variant"):
         preset_for("CartPole-v1", "locomotion")
 
