@@ -109,7 +109,10 @@ class Learner:
         self.cfg = cfg
         self.device = select_device(device)
         self.policy = ActorCritic(spaces, cfg.hidden, init_log_std=cfg.init_log_std).to(self.device)
-        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.learning_rate, eps=1e-5)
+        # foreach: one kernel per step for all parameters; torch's default on a CPU is a loop
+        # over them, a third of a Hopper update (benchmarks/learner_update.py), same results.
+        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.learning_rate, eps=1e-5,
+                                          foreach=True)
         self.max_rounds = max_rounds
         self.generator = torch.Generator().manual_seed(seed)
         self.updates = 0
@@ -211,38 +214,43 @@ class Learner:
         self._merge_norm_deltas(batches)
         n = len(data)
         mb = min(cfg.minibatch_size, n)
-        sums = {"loss": 0.0, "policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0,
-                "approx_kl": 0.0, "clipfrac": 0.0, "grad_norm": 0.0}
+        keys = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "grad_norm")
+        sums = torch.zeros(len(keys), dtype=torch.float64)  # summed as tensors: no per-step float()
         steps = 0
         coefficients = LossCoefficients.from_config(cfg)
+        params = list(self.policy.parameters())
         for _ in range(cfg.update_epochs):
             order = torch.randperm(n, generator=self.generator).to(self.device)
-            epoch_kl = 0.0
+            # one gather per epoch, then each minibatch is a contiguous slice (a view)
+            shuffled = [t[order] for t in (data.obs, data.actions, data.logp, data.advantages,
+                                           data.values, data.returns)]
+            epoch_kl = torch.zeros((), dtype=torch.float64)
             epoch_steps = 0
             for start in range(0, n - mb + 1, mb):
-                idx = order[start:start + mb]
-                new_logp, entropy, new_values = self.policy.evaluate(data.obs[idx], data.actions[idx])
-                out = ppo_loss(new_logp, data.logp[idx], data.advantages[idx], new_values,
-                               data.values[idx], data.returns[idx], entropy, coefficients)
+                obs, actions, old_logp, advantages, old_values, returns = (
+                    t[start:start + mb] for t in shuffled)
+                new_logp, entropy, new_values = self.policy.evaluate(obs, actions)
+                out = ppo_loss(new_logp, old_logp, advantages, new_values, old_values, returns, entropy,
+                               coefficients)
                 if not torch.isfinite(out.loss):
                     raise NonFiniteError(f"round {round_index}: the PPO loss is {float(out.loss)} at "
                                          f"gradient step {steps}; no weights were changed by it")
                 self.optimizer.zero_grad(set_to_none=True)
                 out.loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
+                grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm, foreach=True)
                 if not torch.isfinite(grad_norm):
                     raise NonFiniteError(f"round {round_index}: the gradient norm is {float(grad_norm)} at "
                                          f"gradient step {steps}; no weights were changed by it")
                 self.optimizer.step()
-                for key in ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac"):
-                    sums[key] += float(getattr(out, key).detach())
-                sums["grad_norm"] += float(grad_norm)
-                epoch_kl += float(out.approx_kl)
+                step_stats = torch.stack([out.loss.detach(), out.policy_loss.detach(), out.value_loss.detach(),
+                                          out.entropy.detach(), out.approx_kl, out.clipfrac, grad_norm.detach()])
+                sums += step_stats.cpu().double()
+                epoch_kl += step_stats[4].cpu().double()
                 epoch_steps += 1
                 steps += 1
-            if cfg.target_kl is not None and epoch_kl / max(epoch_steps, 1) > cfg.target_kl:
+            if cfg.target_kl is not None and float(epoch_kl) / max(epoch_steps, 1) > cfg.target_kl:
                 break
-        stats = {f"train/{k}": v / max(steps, 1) for k, v in sums.items()}
+        stats = {f"train/{k}": float(v) / max(steps, 1) for k, v in zip(keys, sums.tolist(), strict=True)}
         stats.update(self._after_update_stats(data))
         stats["train/grad_steps"] = float(steps)
         stats["train/learning_rate"] = float(self.optimizer.param_groups[0]["lr"])

@@ -197,6 +197,42 @@ def test_same_seed_learners_give_identical_weights(spaces):
     assert any(not torch.equal(w1[k], w3[k]) for k in w1)
 
 
+def test_the_update_is_clipped_ppo_minibatch_by_minibatch_exactly(spaces):
+    """Learner.update's fast path (one gather per epoch, foreach Adam and gradient clipping,
+    statistics summed as tensors) gives the same weights and statistics, bit for bit, as the
+    plain loop: index each minibatch, torch's default Adam, sum the statistics in floats."""
+    cfg = PPOConfig(update_epochs=3, minibatch_size=16, learning_rate=1e-3, clip_vloss=True)
+    learner = Learner(spaces, cfg, seed=7, device="cpu")
+    plain = Learner(spaces, cfg, seed=7, device="cpu")
+    plain.optimizer = torch.optim.Adam(plain.policy.parameters(), lr=cfg.learning_rate, eps=1e-5)
+    batches = synthetic_batches(learner, seed=2)
+    stats = learner.update(batches)
+
+    data = plain.prepare(batches)
+    n, sums, steps = len(data), dict.fromkeys(("loss", "approx_kl", "clipfrac", "grad_norm"), 0.0), 0
+    for _ in range(cfg.update_epochs):
+        order = torch.randperm(n, generator=plain.generator)
+        for start in range(0, n - 16 + 1, 16):
+            idx = order[start:start + 16]
+            logp, entropy, values = plain.policy.evaluate(data.obs[idx], data.actions[idx])
+            out = ppo_loss(logp, data.logp[idx], data.advantages[idx], values, data.values[idx],
+                           data.returns[idx], entropy, LossCoefficients.from_config(cfg))
+            plain.optimizer.zero_grad()
+            out.loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(plain.policy.parameters(), cfg.max_grad_norm)
+            plain.optimizer.step()
+            for key, value in (("loss", out.loss), ("approx_kl", out.approx_kl), ("clipfrac", out.clipfrac),
+                               ("grad_norm", grad_norm)):
+                sums[key] += float(value)
+            steps += 1
+
+    fast, slow = learner.policy.state_dict(), plain.policy.state_dict()
+    assert all(torch.equal(fast[k], slow[k]) for k in fast)
+    assert stats["train/grad_steps"] == steps == 3 * 4
+    for key, total in sums.items():
+        assert stats[f"train/{key}"] == pytest.approx(total / steps, rel=1e-6), key
+
+
 def test_prepare_rejects_fragments_of_different_lengths(spaces):
     learner = Learner(spaces, CFG, seed=0, device="cpu")
     a = synthetic_batches(learner, n_actors=1, steps=8)
