@@ -45,6 +45,9 @@ class PPOConfig:
     """PPO surrogate clip range."""
     clip_vloss: bool = False
     """Clip the value loss around the old values."""
+    vloss_form: str = "max"
+    """With clip_vloss, how: "max" is CleanRL's 0.5 * max(unclipped, clipped squared error);
+    "clipped" is SB3's squared error of the clipped prediction only (no 0.5)."""
     vf_coef: float = 0.5
     """Weight of the value loss."""
     ent_coef: float = 0.0
@@ -74,6 +77,8 @@ class PPOConfig:
         _check(self.clip_coef > 0, "ppo.clip_coef must be > 0")
         _check(self.max_grad_norm > 0, "ppo.max_grad_norm must be > 0")
         _check(self.target_kl is None or self.target_kl > 0, "ppo.target_kl must be > 0 or null")
+        _check(self.vloss_form in VLOSS_FORMS,
+               f"ppo.vloss_form must be one of {', '.join(VLOSS_FORMS)}, got {self.vloss_form!r}")
         _check(math.isfinite(self.init_log_std) and -10 <= self.init_log_std <= 2,
                "ppo.init_log_std must be a number in [-10, 2]")
         _check(len(self.hidden) >= 1 and all(h >= 1 for h in self.hidden),
@@ -332,6 +337,9 @@ def cluster_scheduler(spec: str, i_max: int, cores: int) -> bool:
     """Whether a scheduler spec is Fixed(cores), the only one a server cluster runs."""
     spec = spec.strip().lower()
     return (spec == f"fixed:{cores}" and i_max >= cores) or (spec == "max" and i_max == cores)
+
+
+VLOSS_FORMS = ("max", "clipped")
 
 
 def _check(ok: bool, message: str) -> None:

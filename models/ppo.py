@@ -41,11 +41,14 @@ class LossCoefficients:
     """Standardise the advantages within the minibatch."""
     clip_vloss: bool = False
     """Clip the value loss around the old values (old_values must then be given)."""
+    vloss_form: str = "max"
+    """With clip_vloss: "max", CleanRL's 0.5 * max(unclipped, clipped); "clipped", SB3's squared
+    error of the clipped prediction only."""
 
     @classmethod
     def from_config(cls, cfg: PPOConfig) -> LossCoefficients:
         return cls(clip_coef=cfg.clip_coef, vf_coef=cfg.vf_coef, ent_coef=cfg.ent_coef,
-                   norm_adv=cfg.norm_adv, clip_vloss=cfg.clip_vloss)
+                   norm_adv=cfg.norm_adv, clip_vloss=cfg.clip_vloss, vloss_form=cfg.vloss_form)
 
 
 def ppo_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
@@ -70,7 +73,10 @@ def ppo_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.T
     policy_loss = surrogate.mean()
     if cfg.clip_vloss:
         clipped = old_values + (new_values - old_values).clamp(-cfg.clip_coef, cfg.clip_coef)
-        value_loss = 0.5 * torch.max((new_values - returns) ** 2, (clipped - returns) ** 2).mean()
+        if cfg.vloss_form == "clipped":
+            value_loss = ((clipped - returns) ** 2).mean()
+        else:
+            value_loss = 0.5 * torch.max((new_values - returns) ** 2, (clipped - returns) ** 2).mean()
     else:
         value_loss = 0.5 * ((new_values - returns) ** 2).mean()
     entropy_mean = entropy.mean()

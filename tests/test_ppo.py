@@ -124,6 +124,25 @@ def test_value_and_total_loss_by_hand():
     # max with unclipped (1, 4, 1, 4) -> 1, 5.29, 1, 4
     assert clipped.value_loss.item() == pytest.approx(0.5 * (1 + 5.29 + 1 + 4) / 4, rel=1e-5)
 
+    sb3 = ppo_loss(new, old, adv, new_values, old_values, returns, entropy,
+                   LossCoefficients(norm_adv=False, clip_vloss=True, clip_coef=0.2, vloss_form="clipped"))
+    # SB3: the clipped prediction's squared error alone, no 0.5: (0.04 + 5.29 + 0.49 + 4) / 4
+    assert sb3.value_loss.item() == pytest.approx((0.04 + 5.29 + 0.49 + 4) / 4, rel=1e-5)
+    # beyond the clip range a value gets no gradient from it (the first three moved by >= 0.5)
+    values = new_values.clone().requires_grad_(True)
+    ppo_loss(new, old, adv, values, old_values, returns, entropy,
+             LossCoefficients(norm_adv=False, clip_vloss=True, clip_coef=0.2, vloss_form="clipped")
+             ).value_loss.backward()
+    assert values.grad[:3].eq(0).all() and values.grad[3] != 0
+
+
+def test_an_unknown_value_loss_form_is_refused():
+    from models.config import ConfigError
+
+    with pytest.raises(ConfigError, match="ppo.vloss_form must be one of max, clipped"):
+        PPOConfig(vloss_form="huber").validate()
+    assert LossCoefficients.from_config(PPOConfig(clip_vloss=True, vloss_form="clipped")).vloss_form == "clipped"
+
 
 # -- Learner -------------------------------------------------------------------------------
 
