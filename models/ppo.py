@@ -115,8 +115,8 @@ class Learner:
         self.cfg = cfg
         self.device = select_device(device)
         self.policy = ActorCritic(spaces, cfg.hidden, init_log_std=cfg.init_log_std).to(self.device)
-        # foreach: one kernel per step for all parameters; torch's default on a CPU is a loop
-        # over them, a third of a Hopper update (benchmarks/learner_update.py), same results.
+        # foreach: torch's CPU default is a Python loop over the parameters; same results, a
+        # small saving (BENCHMARKS.md, "The learner's update on a CPU").
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.learning_rate, eps=1e-5,
                                           foreach=True)
         self.max_rounds = max_rounds
@@ -221,7 +221,8 @@ class Learner:
         n = len(data)
         mb = min(cfg.minibatch_size, n)
         keys = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "grad_norm")
-        sums = torch.zeros(len(keys), dtype=torch.float64)  # summed as tensors: no per-step float()
+        # summed on the learner's device: no per-step host sync (float() or .cpu()) on a GPU
+        sums = torch.zeros(len(keys), dtype=torch.float64, device=self.device)
         steps = 0
         coefficients = LossCoefficients.from_config(cfg)
         params = list(self.policy.parameters())
@@ -230,7 +231,7 @@ class Learner:
             # one gather per epoch, then each minibatch is a contiguous slice (a view)
             shuffled = [t[order] for t in (data.obs, data.actions, data.logp, data.advantages,
                                            data.values, data.returns)]
-            epoch_kl = torch.zeros((), dtype=torch.float64)
+            epoch_kl = torch.zeros((), dtype=torch.float64, device=self.device)
             epoch_steps = 0
             for start in range(0, n - mb + 1, mb):
                 obs, actions, old_logp, advantages, old_values, returns = (
@@ -250,8 +251,8 @@ class Learner:
                 self.optimizer.step()
                 step_stats = torch.stack([out.loss.detach(), out.policy_loss.detach(), out.value_loss.detach(),
                                           out.entropy.detach(), out.approx_kl, out.clipfrac, grad_norm.detach()])
-                sums += step_stats.cpu().double()
-                epoch_kl += step_stats[4].cpu().double()
+                sums += step_stats.double()
+                epoch_kl += step_stats[4].double()
                 epoch_steps += 1
                 steps += 1
             if cfg.target_kl is not None and float(epoch_kl) / max(epoch_steps, 1) > cfg.target_kl:
