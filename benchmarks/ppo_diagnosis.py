@@ -11,6 +11,12 @@ round, as CleanRL's vector env does, instead of resetting them every round.
 Every --eval-every env steps: a deterministic evaluation (models/evaluation.py) with return and
 forward displacement. One JSON line per evaluation goes to stdout and, with --out, to a file.
 
+`--peer sb3-cleanrl` runs SB3's PPO with CleanRL's settings instead (benchmarks/mujoco_vs_sb3.py's
+`cleanrl` peer), evaluated by the same loop on the same evaluation episodes: a per-sample
+comparison of the two PPOs without any orchestration. With --out, a label whose last evaluation
+is already in the file is skipped (resumable seed sweeps); `--summary FILE` prints, per label, the
+first evaluation at or above --target with every episode moving forward.
+
     .venv/bin/python -m benchmarks.ppo_diagnosis --env Hopper-v5 --variant locomotion \\
         --actors 8 --fragment 1024 --steps 200000 --ppo '{"init_log_std": 0.0}'
 """
@@ -19,7 +25,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -49,9 +57,37 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--eval-episodes", type=int, default=3)
     parser.add_argument("--label", default="")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--peer", choices=("ours", "sb3-cleanrl"), default="ours")
+    parser.add_argument("--target", type=float, default=2000.0, help="J for --summary")
+    parser.add_argument("--summary", default=None, help="print steps to --target per label of this file")
     args = parser.parse_args(argv)
-
+    if args.summary:
+        print_summary(args.summary, args.target)
+        return
+    if args.out and finished(args.out, args.label, args.steps):
+        print(f"{args.label}: already in {args.out}, skipped")
+        return
     torch.set_num_threads(1)
+    sink = open(args.out, "a") if args.out else None
+
+    def emit(row: dict) -> None:
+        line = json.dumps({"label": args.label, **row})
+        print(line, flush=True)
+        if sink:
+            sink.write(line + "\n")
+            sink.flush()
+
+    (run_sb3 if args.peer == "sb3-cleanrl" else run_ours)(args, emit)
+
+
+def eval_row(ev) -> dict:
+    motion = ev.motion
+    return {"eval_return": round(ev.return_mean, 1),
+            "displacement": round(motion.forward_displacement_mean, 2) if motion else None,
+            "displacement_min": round(motion.forward_displacement_min, 2) if motion else None}
+
+
+def run_ours(args, emit: Callable[[dict], None]) -> None:
     preset = preset_for(args.env, args.variant)
     cfg = PPOConfig().replace(preset.get("ppo")).replace(args.ppo)
     per_round = args.actors * args.fragment
@@ -64,7 +100,6 @@ def main(argv: list[str] | None = None) -> None:
     next_eval = args.eval_every
     started = time.perf_counter()
     eval_s = 0.0
-    sink = open(args.out, "a") if args.out else None
     for k in range(rounds):
         weights, norm = learner.weights(), learner.norm_state()
         weights_from_bytes(policy, weights)
@@ -87,21 +122,72 @@ def main(argv: list[str] | None = None) -> None:
             ev = evaluate_policy(learner.policy_on_cpu(), args.env, args.eval_episodes, seed=10_000 + args.seed,
                                  obs_rms=learner.obs_rms)
             eval_s += ev.wall_s
-            motion = ev.motion
-            row = {"label": args.label, "round": k + 1, "env_steps": steps,
-                   "wall_s": round(time.perf_counter() - started - eval_s, 1),
-                   "train_return": round(sum(returns) / len(returns), 1) if returns else None,
-                   "eval_return": round(ev.return_mean, 1),
-                   "displacement": round(motion.forward_displacement_mean, 2) if motion else None,
-                   "kl": round(stats["train/policy_kl"], 4), "clipfrac": round(stats["train/clipfrac"], 3),
-                   "log_std": round(float(learner.policy.log_std.detach().mean()), 3)
-                   if hasattr(learner.policy, "log_std") else None}
-            line = json.dumps(row)
-            print(line, flush=True)
-            if sink:
-                sink.write(line + "\n")
-                sink.flush()
+            emit({"round": k + 1, "env_steps": steps,
+                  "wall_s": round(time.perf_counter() - started - eval_s, 1),
+                  "train_return": round(sum(returns) / len(returns), 1) if returns else None,
+                  **eval_row(ev),
+                  "kl": round(stats["train/policy_kl"], 4), "clipfrac": round(stats["train/clipfrac"], 3),
+                  "log_std": round(float(learner.policy.log_std.detach().mean()), 3)
+                  if hasattr(learner.policy, "log_std") else None})
 
+
+def run_sb3(args, emit: Callable[[dict], None]) -> None:
+    """SB3 PPO with CleanRL's settings (one env, 2048 steps a rollout), evaluated every
+    --eval-every steps on the same episodes as ours (seed 10,000 + seed)."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    from benchmarks.mujoco_vs_sb3 import sb3_evaluate, sb3_model
+
+    model, env = sb3_model("cleanrl", args.env, args.seed, args.steps)
+    started = time.perf_counter()
+
+    class Evaluate(BaseCallback):
+        eval_s = 0.0
+        done_at = 0
+
+        def _on_step(self) -> bool:
+            return True
+
+        def _on_rollout_start(self) -> None:  # after each update
+            self.maybe_evaluate()
+
+        def maybe_evaluate(self) -> None:
+            n = self.num_timesteps
+            if n < self.done_at + args.eval_every and n < args.steps:
+                return
+            self.done_at = n
+            ev = sb3_evaluate(model, env, args.env, args.eval_episodes, 10_000 + args.seed)
+            self.eval_s += ev.wall_s
+            emit({"round": n // 2048, "env_steps": n,
+                  "wall_s": round(time.perf_counter() - started - self.eval_s, 1), **eval_row(ev)})
+
+    callback = Evaluate()
+    model.learn(total_timesteps=args.steps, callback=callback)
+    callback.maybe_evaluate()
+
+
+def finished(path: str, label: str, steps: int) -> bool:
+    """The file already holds this label's evaluation at (or past) its last whole round."""
+    try:
+        with open(path) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+    except FileNotFoundError:
+        return False
+    return any(r.get("label") == label and r["env_steps"] >= steps - 2048 for r in rows)
+
+
+def print_summary(path: str, target: float) -> None:
+    """Per label: the first evaluation >= target with every episode moving forward."""
+    with open(path) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    labels = dict.fromkeys(r["label"] for r in rows)
+    for label in labels:
+        mine = [r for r in rows if r["label"] == label]
+        hit = next((r for r in mine if r["eval_return"] >= target
+                    and (r.get("displacement_min") if r.get("displacement_min") is not None
+                         else r.get("displacement") or -math.inf) > 0), None)
+        print(f"{label:40s} last {mine[-1]['env_steps']:>8d} steps R {mine[-1]['eval_return']:>7.1f}   "
+              f"J at {hit['env_steps'] if hit else '-':>8}")
 
 if __name__ == "__main__":
     main()

@@ -34,6 +34,7 @@ from deployments.local_api import prefect_api  # noqa: E402
 from flows import heartbeats, tls_context  # noqa: E402
 from flows.artifacts import RunArtifacts  # noqa: E402
 from flows.cli import flow_arguments, given_arguments, quiet_console  # noqa: E402
+from flows.lean_subflow import lean_start  # noqa: E402
 from flows.round_task_runner import SharedThreadPoolTaskRunner  # noqa: E402
 from flows.tracking import RunTracker, default_tracking_uri, project_root  # noqa: E402
 from models.checkpoint import RunCheckpoint, load_run_checkpoint  # noqa: E402
@@ -128,7 +129,7 @@ def round_flow(session: TrainingSession, backend: ActorBackend, journal: RoundJo
         stats["time/round_body_s"] = time.perf_counter() - body_started
         return batches, [f.billed_s for f in failures], stats
 
-    return train_round
+    return lean_start(train_round)  # 5 API calls to start a round instead of 8 (flows/lean_subflow.py)
 
 
 def train_run_name() -> str:
