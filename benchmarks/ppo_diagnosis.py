@@ -127,6 +127,8 @@ def run_ours(args, emit: Callable[[dict], None]) -> None:
                   "train_return": round(sum(returns) / len(returns), 1) if returns else None,
                   **eval_row(ev),
                   "kl": round(stats["train/policy_kl"], 4), "clipfrac": round(stats["train/clipfrac"], 3),
+                  "approx_kl": round(stats["train/approx_kl"], 4),
+                  "explained_variance": round(stats["train/explained_variance"], 3),
                   "log_std": round(float(learner.policy.log_std.detach().mean()), 3)
                   if hasattr(learner.policy, "log_std") else None})
 
@@ -158,8 +160,13 @@ def run_sb3(args, emit: Callable[[dict], None]) -> None:
             self.done_at = n
             ev = sb3_evaluate(model, env, args.env, args.eval_episodes, 10_000 + args.seed)
             self.eval_s += ev.wall_s
+            logged = model.logger.name_to_value  # the last update's train/ figures
             emit({"round": n // 2048, "env_steps": n,
-                  "wall_s": round(time.perf_counter() - started - self.eval_s, 1), **eval_row(ev)})
+                  "wall_s": round(time.perf_counter() - started - self.eval_s, 1), **eval_row(ev),
+                  "clipfrac": round(float(logged.get("train/clip_fraction", math.nan)), 3),
+                  "approx_kl": round(float(logged.get("train/approx_kl", math.nan)), 4),
+                  "explained_variance": round(float(logged.get("train/explained_variance", math.nan)), 3),
+                  "log_std": round(float(model.policy.log_std.detach().mean()), 3)})
 
     callback = Evaluate()
     model.learn(total_timesteps=args.steps, callback=callback)
