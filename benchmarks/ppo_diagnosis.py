@@ -6,7 +6,9 @@ with the learner's current weights and normaliser statistics (models/rollout.py
 sample_fragment, exactly what an actor runs), then one `Learner.update` (models/ppo.py). Seeds
 follow models/session.py actor_seed, so `--envs fresh` samples what the `train` flow's actors
 sample. `--envs continued` keeps each actor index's envs (and their episodes) from round to
-round, as CleanRL's vector env does, instead of resetting them every round.
+round, as CleanRL's vector env does, instead of resetting them every round. `--envs carried`
+builds new envs every round that continue the episodes the round before left (models/env_snapshot.py),
+as the `train` flow's actors do with carry_episodes.
 
 Every --eval-every env steps: a deterministic evaluation (models/evaluation.py) with return and
 forward displacement. One JSON line per evaluation goes to stdout and, with --out, to a file.
@@ -49,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fragment", type=int, default=1024)
     parser.add_argument("--steps", type=int, default=200_000)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--envs", choices=("fresh", "continued"), default="fresh")
+    parser.add_argument("--envs", choices=("fresh", "continued", "carried"), default="fresh")
     parser.add_argument("--anneal-over", type=int, default=1_000_000,
                         help="env steps over which anneal_lr decays the step size (CleanRL: 1M)")
     parser.add_argument("--ppo", type=json.loads, default={}, help="PPO overrides (JSON)")
@@ -96,6 +98,7 @@ def run_ours(args, emit: Callable[[dict], None]) -> None:
                       max_rounds=max(args.anneal_over // per_round, 1))
     policy = learner.policy_on_cpu()
     kept: dict[int, EnvBatch] = {}
+    carried: dict[int, tuple] = {}
     steps = 0
     next_eval = args.eval_every
     started = time.perf_counter()
@@ -108,11 +111,13 @@ def run_ours(args, emit: Callable[[dict], None]) -> None:
             seed = actor_seed(args.seed, k, i, 32)
             if args.envs == "continued" and i in kept:
                 envs = kept[i]
-            else:
-                envs = EnvBatch(args.env, 1, seed)
+            else:  # "carried": new envs that continue the episodes of round k-1's actor i
+                envs = EnvBatch(args.env, 1, seed, resume=carried.get(i, ()) if args.envs == "carried" else ())
                 kept[i] = envs
             first = len(envs.completed_returns)
-            batch = sample_fragment(policy.sampler(seed), envs, args.fragment, norm)
+            batch = sample_fragment(policy.sampler(seed), envs, args.fragment, norm,
+                                    carry=args.envs == "carried")
+            carried[i] = batch.carry
             returns += envs.completed_returns[first:]
             batches.append(batch)
         stats = learner.update(batches, round_index=k)

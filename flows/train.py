@@ -158,6 +158,7 @@ def train(
     i_max: int | None = None,
     fragment: int | None = None,
     envs_per_actor: int | None = None,
+    carry_episodes: bool | None = None,
     seed: int | None = None,
     backend: str | None = None,
     ppo: dict[str, Any] | None = None,
@@ -200,6 +201,9 @@ def train(
         i_max: largest actor count a scheduler may choose (default 32).
         fragment: env steps each actor samples per round.
         envs_per_actor: environments one actor steps in lockstep (divides fragment).
+        carry_episodes: each round's actor i continues the episodes that actor i of the round
+            before left unfinished, instead of resetting its envs (MuJoCo envs; the locomotion
+            presets turn it on).
         seed: run seed (default 0); actor i of round k uses a seed derived from (seed, k, i).
         backend: where actors run: local (warm processes on this machine, the default),
             work-pool (each actor its own flow run on a Prefect work pool: process, ACI, ...)

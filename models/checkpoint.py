@@ -9,7 +9,7 @@ unpickled. Anything else, a corrupt file, or another format is a ConfigError nam
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,8 @@ class RunCheckpoint:
     """models/session.py RunProgress as plain data (round index, totals, history, run id)."""
     round_metrics: dict[str, float]
     """The last round's MLflow metrics, logged after this checkpoint was written."""
+    carry: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    """Episodes in progress per actor index (EnvSnapshot.to_state()), with carry_episodes."""
 
 
 @dataclass(frozen=True)
@@ -51,14 +53,15 @@ class PolicyArtifact:
 def save_run_checkpoint(path: str | Path, ckpt: RunCheckpoint) -> Path:
     return save_checkpoint(path, {"format": RUN_FORMAT, "version": RUN_VERSION, "config": ckpt.config,
                         "learner": ckpt.learner, "scheduler": ckpt.scheduler,
-                        "progress": ckpt.progress, "round_metrics": ckpt.round_metrics})
+                        "progress": ckpt.progress, "round_metrics": ckpt.round_metrics, "carry": ckpt.carry})
 
 
 def load_run_checkpoint(path: str | Path) -> RunCheckpoint:
     raw = _load(path, RUN_FORMAT, RUN_VERSION)
     try:
         return RunCheckpoint(config=raw["config"], learner=raw["learner"], scheduler=raw["scheduler"],
-                             progress=raw["progress"], round_metrics=raw["round_metrics"])
+                             progress=raw["progress"], round_metrics=raw["round_metrics"],
+                             carry=raw.get("carry", {}))  # absent before carry_episodes existed
     except KeyError as exc:
         raise ConfigError(f"{path}: not a complete run checkpoint (missing {exc})") from None
 

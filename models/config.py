@@ -198,6 +198,10 @@ class RunConfig:
     """Envs one actor steps in lockstep (divides fragment)."""
     seed: int = 0
     """Run seed; actor i of round k seeds from (seed, k, i)."""
+    carry_episodes: bool = False
+    """Actor i of round k+1 continues the episodes actor i of round k left unfinished, instead of
+    resetting its envs (MuJoCo envs: models/env_snapshot.py). Off: every fragment starts new
+    episodes and cuts the last one."""
     i_max: int = 32
     """Largest actor count a scheduler may choose."""
     backend: BackendSpec = LocalBackendSpec()
@@ -260,6 +264,8 @@ class RunConfig:
                f"fragment ({self.fragment}) must be a multiple of envs_per_actor "
                f"({self.envs_per_actor})")
         _check(self.seed >= 0, "seed must be >= 0")
+        _check(isinstance(self.carry_episodes, bool),
+               f"carry_episodes must be true or false, got {self.carry_episodes!r}")
         _check(self.actor_memory_gb > 0, "actor_memory_gb must be > 0")
         _check(self.learner_device in ("auto", "cpu", "cuda"),
                "learner_device must be 'auto', 'cpu' or 'cuda'")

@@ -5,12 +5,14 @@ from __future__ import annotations
 import functools
 import importlib
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
 
 from models.config import ConfigError
+from models.env_snapshot import EnvSnapshot, restore_snapshot, take_snapshot
 
 
 def check_env_id(env_id: str) -> None:
@@ -68,6 +70,17 @@ class EnvSpaces:
     n_actions: int  # discrete: number of actions; continuous: action dimension
     action_low: np.ndarray | None = None
     action_high: np.ndarray | None = None
+
+
+def can_carry_episodes(env_id: str) -> bool:
+    """Whether an actor can hand this env's episodes on to the next round's (MuJoCo envs)."""
+    from models.env_snapshot import supports_snapshots
+
+    env = make_env(env_id)
+    try:
+        return supports_snapshots(env)
+    finally:
+        env.close()
 
 
 def env_spaces(env_id: str) -> EnvSpaces:
@@ -143,7 +156,7 @@ class EnvBatch:
     """
 
     def __init__(self, env_id: str, num_envs: int, seed: int, training: bool = True,
-                 reuse: bool = False):
+                 reuse: bool = False, resume: Sequence[EnvSnapshot] = ()):
         self.env_id, self.training, self.reuse = env_id, training, reuse
         self.envs = _idle_envs.take(env_id, training, num_envs) if reuse else []
         self.envs += [make_env(env_id, training) for _ in range(num_envs - len(self.envs))]
@@ -164,6 +177,23 @@ class EnvBatch:
         self.episode_length = np.zeros(num_envs, dtype=np.int64)
         self.completed_returns: list[float] = []
         self.completed_lengths: list[int] = []
+        self.resumed = bool(resume)
+        self.resumed_reward_returns = np.array([s.reward_return for s in resume] if resume
+                                               else np.zeros(num_envs), dtype=np.float64)
+        if resume:  # continue the episodes a previous actor left (seeded above for their next resets)
+            if len(resume) != num_envs:
+                raise ValueError(f"{len(resume)} snapshots for {num_envs} envs")
+            for i, (env, snapshot) in enumerate(zip(self.envs, resume, strict=True)):
+                self.obs[i] = restore_snapshot(env, snapshot)
+                self.episode_return[i] = snapshot.episode_return
+                self.episode_length[i] = snapshot.episode_length
+
+    def snapshots(self, reward_returns: Sequence[float] | None = None) -> tuple[EnvSnapshot, ...]:
+        """Each env's episode in progress (MuJoCo envs only), for the next round's actor;
+        reward_returns: the reward scaler's per-env discounted returns, carried along."""
+        returns = [0.0] * self.num_envs if reward_returns is None else list(reward_returns)
+        return tuple(take_snapshot(env, self.obs[i], self.episode_return[i], self.episode_length[i], returns[i])
+                     for i, env in enumerate(self.envs))
 
     def step(self, actions: np.ndarray):
         """Step every env; returns (next_obs, rewards, terminated, truncated, final_obs_by_env).

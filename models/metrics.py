@@ -87,6 +87,8 @@ def round_metrics(batches: list[RolloutBatch], learner_s: float, wall_s: float,
     out = {
         "rollout/ep_return_mean": mean_return(batches),
         "rollout/episodes": float(len(episodes)),
+        "rollout/ep_length_mean": (float(np.mean([n for b in batches for n in b.episode_lengths]))
+                                   if episodes else math.nan),
         "rollout/env_steps": float(steps),
         "sched/actors": float(len(batches) + len(failed_billed_s)),
         "rollout/batches": float(len(batches)),

@@ -203,13 +203,15 @@ class RewardScaler:
     """
 
     def __init__(self, num_envs: int, gamma: float = 0.99, base: RunningMeanStd | Moments | None = None,
-                 clip: float = 10.0, epsilon: float = EPSILON):
+                 clip: float = 10.0, epsilon: float = EPSILON, returns: np.ndarray | None = None):
         if not 0.0 <= gamma <= 1.0:
             raise ValueError(f"gamma must be in [0, 1], got {gamma}")
         self.gamma = gamma
         self.clip = clip
         self.epsilon = epsilon
-        self.returns = np.zeros(num_envs, dtype=np.float64)
+        # G of episodes continued from an earlier fragment (models/env_snapshot.py), else 0
+        self.returns = (np.zeros(num_envs, dtype=np.float64) if returns is None
+                        else np.array(returns, dtype=np.float64).reshape(num_envs))
         self.stats = _start_from(base, ())
         self.delta = RunningMeanStd(())
 

@@ -19,7 +19,7 @@ from models.config import (
     backend_spec,
 )
 from models.cost import PriceTable
-from models.envs import check_env_id
+from models.envs import can_carry_episodes, check_env_id
 from models.schedulers import make_scheduler
 
 DEFAULT_ENV = "CartPole-v1"
@@ -92,6 +92,9 @@ def resolve_run_config(given: dict[str, Any]) -> RunConfig:
     except TypeError as exc:
         raise ConfigError(f"run parameters: {exc}") from exc
     cfg.validate()
+    if cfg.carry_episodes and not can_carry_episodes(env_id):
+        raise ConfigError(f"carry_episodes: {env_id} is not a MuJoCo env, whose episodes an actor can hand "
+                          "on to the next round's; leave carry_episodes off for it")
     make_scheduler(cfg.scheduler, cfg.i_max, cfg.max_rounds, cfg.target_return,
                    budget_usd=cfg.budget_usd, seed=cfg.seed)  # parse check
     return cfg
@@ -158,7 +161,7 @@ def _coerce(key: str, value: Any) -> Any:
 
 
 PRESET_KEYS = ("scheduler", "target_return", "budget_usd", "max_rounds", "fragment", "envs_per_actor",
-               "actor_memory_gb")
+               "actor_memory_gb", "carry_episodes")
 _FLOAT_FIELDS = {"target_return", "budget_usd", "actor_memory_gb", "actor_timeout_s", "quorum"}
 _INT_FIELDS = {"max_rounds", "fragment", "envs_per_actor", "seed", "i_max", "actor_retries", "eval_every",
                "eval_episodes"}

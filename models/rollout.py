@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from models.env_snapshot import EnvSnapshot
 from models.envs import EnvBatch, env_spaces
 from models.normalization import NormDeltas, NormStats, ObservationNormalizer, RewardScaler
 from models.policy import ActorCritic, weights_from_bytes
@@ -33,6 +34,8 @@ class ActorJob:
     weights: bytes
     requested_at: float = 0.0  # wall clock when the flow asked for this actor
     norm: NormStats | None = None  # the learner's normaliser statistics (None: no normalising)
+    carry_episodes: bool = False  # return the episodes in progress (MuJoCo: models/env_snapshot.py)
+    resume: tuple[EnvSnapshot, ...] = ()  # episodes to continue, one per env (empty: fresh resets)
 
 
 @dataclass
@@ -53,6 +56,7 @@ class RolloutBatch:
     actor_index: int = 0
     timings: ActorTimings | None = None  # set by run_actor, completed by the backend
     norm_deltas: NormDeltas = NormDeltas()  # this fragment's own normaliser statistics
+    carry: tuple[EnvSnapshot, ...] = ()  # each env's episode in progress at the end (carry_episodes)
 
     @property
     def steps(self) -> int:
@@ -72,13 +76,15 @@ def run_actor(job: ActorJob) -> RolloutBatch:
     t_start = time.time()
     torch.set_num_threads(1)
     # reuse: a warm worker keeps its built envs for its next job; each job seeds and resets them.
-    envs = EnvBatch(job.env_id, job.envs_per_actor, job.seed * job.envs_per_actor, reuse=True)
+    envs = EnvBatch(job.env_id, job.envs_per_actor, job.seed * job.envs_per_actor, reuse=True,
+                    resume=job.resume)
     try:
         policy = _policy_for(job.env_id, tuple(job.hidden))
         t_ready = time.time()
         weights_from_bytes(policy, job.weights)
         t_loaded = time.time()
-        batch = sample_fragment(policy.sampler(job.seed), envs, job.steps_per_env, job.norm)
+        batch = sample_fragment(policy.sampler(job.seed), envs, job.steps_per_env, job.norm,
+                                carry=job.carry_episodes)
     except BaseException:
         envs.close(broken=True)
         raise
@@ -92,12 +98,14 @@ def run_actor(job: ActorJob) -> RolloutBatch:
 
 
 def sample_fragment(act: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]], envs: EnvBatch,
-                    steps: int, norm: NormStats | None = None) -> RolloutBatch:
+                    steps: int, norm: NormStats | None = None, carry: bool = False) -> RolloutBatch:
     """The hot loop: preallocated buffers, one batched policy call per step.
 
     act maps a batch of observations to (actions, log-probs). With `norm`, observations are
     normalised (and rewards scaled) with the shipped statistics updated live, as the policy sees
     them; the fragment's own statistics come back in `norm_deltas` for the learner to merge.
+    With `carry`, the episodes in progress at the end come back in `carry` (MuJoCo envs), for
+    the next round's actor to continue (EnvBatch's `resume`).
     """
     n = envs.num_envs
     sp = envs.spaces
@@ -105,7 +113,7 @@ def sample_fragment(act: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]], 
     if norm is not None and norm.obs is not None:
         obs_norm = ObservationNormalizer(sp.obs_shape, norm.obs)
     if norm is not None and norm.reward is not None:
-        rew_scale = RewardScaler(n, norm.gamma, norm.reward)
+        rew_scale = RewardScaler(n, norm.gamma, norm.reward, returns=envs.resumed_reward_returns)
     obs_dtype = np.float32 if obs_norm else sp.obs_dtype
     obs_buf = np.empty((steps, n, *sp.obs_shape), dtype=obs_dtype)
     act_shape = () if sp.discrete else (sp.n_actions,)
@@ -118,7 +126,8 @@ def sample_fragment(act: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]], 
     trunc_obs: list[np.ndarray] = []
     first_return = len(envs.completed_returns)
 
-    obs = obs_norm(envs.obs) if obs_norm else envs.obs
+    # a continued episode's first observation was counted by the fragment that left it
+    obs = obs_norm(envs.obs, update=not envs.resumed) if obs_norm else envs.obs
     for t in range(steps):
         obs_buf[t] = obs
         actions, logp = act(obs)
@@ -147,4 +156,5 @@ def sample_fragment(act: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]], 
         episode_lengths=envs.completed_lengths[first_return:],
         norm_deltas=NormDeltas(obs=obs_norm.delta.moments() if obs_norm else None,
                                reward=rew_scale.delta.moments() if rew_scale else None),
+        carry=envs.snapshots(rew_scale.returns if rew_scale else None) if carry else (),
     )

@@ -18,6 +18,7 @@ from models.budget import Measured, RoundBound, RunShape, calibrate_learner, clu
 from models.checkpoint import PolicyArtifact, RunCheckpoint, save_policy, save_run_checkpoint
 from models.config import SYSTEM_SERVERLESS, RunConfig
 from models.cost import bill_cluster_round, round_cost, server_cluster_cost
+from models.env_snapshot import EnvSnapshot
 from models.envs import env_spaces
 from models.journal import LostAttempt
 from models.metrics import actor_billed_s, one_core_per_actor_wall_s, round_metrics
@@ -175,6 +176,9 @@ class TrainingSession:
         self.scheduler = make_scheduler(cfg.scheduler, cfg.i_max, cfg.max_rounds, cfg.target_return,
                                         budget_usd=cfg.budget_usd, seed=cfg.seed)
         self.progress = RunProgress()
+        # carry_episodes: each actor index's episodes in progress, continued by the next round's
+        # actor of that index (an index not run, or failed, starts fresh episodes next time)
+        self.carry: dict[int, tuple[EnvSnapshot, ...]] = {}
 
     # -- before a round ------------------------------------------------------------------
     @property
@@ -259,7 +263,7 @@ class TrainingSession:
                          seed=actor_seed(cfg.seed, self.round_index, i, cfg.i_max),
                          steps_per_env=cfg.steps_per_env, envs_per_actor=cfg.envs_per_actor,
                          hidden=cfg.ppo.hidden, weights=weights, requested_at=now,
-                         norm=norm)
+                         norm=norm, carry_episodes=cfg.carry_episodes, resume=self.carry.get(i, ()))
                 for i in range(actors)]
 
     # -- after a round -------------------------------------------------------------------
@@ -276,6 +280,8 @@ class TrainingSession:
         left due.
         """
         p = self.progress
+        if self.cfg.carry_episodes:
+            self.carry = {b.actor_index: b.carry for b in batches if b.carry}
         learner_s = learner_stats["time/learner_s"]
         cluster_bill, billed_wall_s = None, 0.0
         if self.cfg.cluster:
@@ -403,12 +409,15 @@ class TrainingSession:
             config=self.cfg.to_dict(), learner=self.learner.state_dict(),
             scheduler=self.scheduler.state_dict(),
             progress={**asdict(p), "history": [asdict(r) for r in p.history]},
-            round_metrics=dict(round_metrics or {})))
+            round_metrics=dict(round_metrics or {}),
+            carry={i: [snapshot.to_state() for snapshot in snapshots] for i, snapshots in self.carry.items()}))
 
     def load(self, checkpoint: RunCheckpoint) -> None:
         """Continue exactly after the last finished round of a checkpoint."""
         self.learner.load_state_dict(checkpoint.learner)
         self.scheduler.load_state_dict(checkpoint.scheduler)
+        self.carry = {int(i): tuple(EnvSnapshot.from_state(state) for state in states)
+                      for i, states in checkpoint.carry.items()}
         values = dict(checkpoint.progress)
         values["history"] = [RoundRecord(**r) for r in values["history"]]
         values["measured"] = Measured(**values.get("measured", {}))

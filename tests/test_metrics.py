@@ -73,7 +73,7 @@ def test_round_metrics():
     batches = [batch(QUEUED, returns=[10.0, 20.0]), batch(fast, returns=[30.0])]
     out = round_metrics(batches, learner_s=3.0, wall_s=9.0, prices=prices, learner_device="cuda")
     assert set(out) == {
-        "rollout/ep_return_mean", "rollout/episodes", "rollout/env_steps", "sched/actors",
+        "rollout/ep_return_mean", "rollout/episodes", "rollout/ep_length_mean", "rollout/env_steps", "sched/actors",
         "time/actor_mean_s", "time/actor_max_s", "time/round_s", "time/round_wall_s",
         "time/orchestration_s", "cost/round_usd", "time/actor_dispatch_s", "time/actor_queue_s",
         "time/actor_startup_s", "time/actor_weight_load_s", "time/actor_sampling_s",
@@ -98,6 +98,7 @@ def test_round_metrics():
     assert out["cost/learner_on_cuda"] == 1.0 and out["cost/warm_idle_usd"] == 0.0
     assert out["rollout/ep_return_mean"] == pytest.approx(20.0)
     assert out["rollout/episodes"] == 3.0
+    assert out["rollout/ep_length_mean"] == pytest.approx(20.0)  # lengths 10, 20, 30
     assert out["rollout/env_steps"] == 16.0
     assert out["sched/actors"] == 2.0
     assert out["time/actor_queue_s"] == pytest.approx(1.25)

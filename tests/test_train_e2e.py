@@ -253,3 +253,42 @@ def test_the_cli_names_bad_input_once_and_starts_nothing(tmp_path):
                           env=env, capture_output=True, text=True, timeout=120)
     assert down.returncode == 2 and "http://127.0.0.1:9/api does not answer" in down.stderr
     assert len(down.stderr.strip().splitlines()) == 1
+
+
+def test_carried_episodes_outlive_their_fragment_and_survive_a_crash(prefect_api_url, mlflow_uri, tmp_path,
+                                                                     monkeypatch):
+    """Hopper with 24-step fragments: with carry_episodes, episodes end that are longer than a
+    fragment (without it none can); a run that crashes and resumes from its checkpoint learns
+    exactly what an uninterrupted run with the same seed learns, carried episodes included."""
+    from flows import train as train_module
+    from models.session import TrainingSession
+
+    common = dict(env="Hopper-v5", scheduler="fixed:2", max_rounds=5, fragment=24, seed=2,
+                  tracking_uri=mlflow_uri, local_workers=2, log_model=False)
+    whole = train_module.train(carry_episodes=True, checkpoint_dir=str(tmp_path / "whole"), **common)
+    fresh = train_module.train(carry_episodes=False, checkpoint_dir=str(tmp_path / "fresh"), **common)
+    client = MlflowClient(mlflow_uri)
+
+    def lengths(summary) -> list[float]:
+        return [m.value for m in client.get_metric_history(summary.run_id, "rollout/ep_length_mean")
+                if not math.isnan(m.value)]
+
+    assert max(lengths(fresh)) <= 24 < max(lengths(whole))
+
+    original = TrainingSession.record
+
+    def crash_in_round_three(self, *args, **kwargs):
+        if self.round_index == 3:
+            raise RuntimeError("simulated crash")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(TrainingSession, "record", crash_in_round_three)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train_module.train(carry_episodes=True, checkpoint_dir=str(tmp_path / "crashed"), **common)
+    monkeypatch.setattr(TrainingSession, "record", original)
+    (checkpoint,) = (tmp_path / "crashed").glob("*/latest.pt")
+    resumed = train_module.train(resume=str(checkpoint), tracking_uri=mlflow_uri)
+    assert resumed.rounds == whole.rounds == 5
+    for a, b in zip(resumed.history, whole.history, strict=True):
+        assert (a.mean_return, a.loss, a.policy_kl) == pytest.approx((b.mean_return, b.loss, b.policy_kl),
+                                                                      rel=1e-6, nan_ok=True)
