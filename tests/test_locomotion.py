@@ -119,6 +119,8 @@ def test_locomotion_presets_leave_the_papers_presets_as_they_are():
     assert hop["target_return"] == 2000 and hop["scheduler"] == "fixed:2"
     assert hop["max_rounds"] * 2 * hop["fragment"] == 999_424
     assert hop["ppo"]["gamma"] == 0.99 and hop["ppo"]["anneal_lr"] is True and hop["ppo"]["init_log_std"] == 0.0
+    assert hop["carry_episodes"] is True and hop["ppo"]["vloss_form"] == "clipped"
+    assert base["carry_episodes"] is False and preset_for("HalfCheetah-v5", "locomotion")["carry_episodes"] is False
     PPOConfig().replace(hop["ppo"]).validate()
     cheetah = preset_for("HalfCheetah-v5", "locomotion")
     assert (cheetah["target_return"], cheetah["scheduler"], cheetah["ppo"]["init_log_std"]) == (1500, "fixed:2", -0.7)
