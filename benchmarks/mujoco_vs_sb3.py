@@ -426,7 +426,8 @@ def main() -> None:
           f"actors x {fragment} steps = {steps} env steps each; J = {target:g}; SB3 window for "
           f"R_k-like figures: {window} steps; peers {args.peers}", flush=True)
     settings = {"env": args.env, "variant": args.variant, "scheduler": preset["scheduler"],
-                "fragment": fragment, "target": target, "steps": steps,
+                "fragment": fragment, "carry_episodes": preset["carry_episodes"], "preset_ppo": preset["ppo"],
+                "target": target, "steps": steps,
                 "eval_every": args.eval_every, "eval_episodes": args.eval_episodes, "ppo_overrides": args.ppo}
     rows = [] if args.fresh else resumable_rows(out, settings)
     if rows:
