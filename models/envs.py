@@ -12,7 +12,7 @@ import gymnasium as gym
 import numpy as np
 
 from models.config import ConfigError
-from models.env_snapshot import EnvSnapshot, restore_snapshot, take_snapshot
+from models.env_snapshot import EnvSnapshot, restore_snapshot, supports_snapshots, take_snapshot
 
 
 def check_env_id(env_id: str) -> None:
@@ -74,8 +74,6 @@ class EnvSpaces:
 
 def can_carry_episodes(env_id: str) -> bool:
     """Whether an actor can hand this env's episodes on to the next round's (MuJoCo envs)."""
-    from models.env_snapshot import supports_snapshots
-
     env = make_env(env_id)
     try:
         return supports_snapshots(env)
