@@ -165,8 +165,8 @@ def test_cold_actor_slower_than_its_timeout_is_cancelled(stack):
 
 def test_actor_run_whose_parent_task_run_is_not_recorded_starts_unnested(stack):
     """The server records a `rollout` task run from its events, which can lag: creating the
-    actor's run under it then fails its foreign key (409). After waiting twice the backend
-    creates the run without the parent rather than losing the actor."""
+    actor's run under it then fails its foreign key (409). After waiting for it the backend
+    creates the run without the parent, after PARENT_WAIT_S, rather than losing the actor."""
     import uuid
 
     from prefect import get_client

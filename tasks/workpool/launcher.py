@@ -44,6 +44,7 @@ JsonValue: TypeAlias = str | int | float | bool | None | list["JsonValue"] | dic
 JobVariables = Mapping[str, JsonValue]
 
 SETTLE_MARGIN_S = 5.0  # a timed-out run still Cancelling this much after its grace is Cancelled
+PARENT_WAIT_S = 5.0  # how long an actor run waits for its `rollout` task run to be recorded (409)
 
 
 def parent_task_run() -> UUID | None:
@@ -113,7 +114,9 @@ class Launcher:
         ActorError (nothing billed), which the round's retry and quorum handle like any lost actor.
         """
         delay = 0.5
-        for attempt in range(6):
+        attempt = 0
+        parent_wait_until: float | None = None
+        while True:
             try:
                 return self._client.create_flow_run_from_deployment(
                     deployment_id, name=f"actor-{job_id}",
@@ -122,23 +125,26 @@ class Launcher:
                                 "job_id": job_id}).id
             except Exception as exc:
                 status = getattr(getattr(exc, "response", None), "status_code", None)
-                if status == 409 and parent is not None:
-                    # The parent `rollout` task run reaches the database through the server's
-                    # event recorder, which can lag its first API calls: the foreign key fails.
-                    # Wait for it twice, then start the actor unnested rather than not at all.
-                    if attempt >= 2:
-                        parent = None
-                    time.sleep(delay * (0.5 + random.random()))
-                    continue
-                transient = status is None or status in (408, 429) or status >= 500
                 late = deadline_at is not None and time.time() + delay >= deadline_at
-                if not transient or late or attempt == 5:
+                if status == 409 and parent is not None and not late:
+                    # The parent `rollout` task run reaches the database through the server's
+                    # event recorder, which can lag its first API calls by its flush interval
+                    # (1 s on the local API): the foreign key fails. Wait for it up to
+                    # PARENT_WAIT_S, then start the actor unnested rather than not at all.
+                    now = time.monotonic()
+                    parent_wait_until = parent_wait_until or now + PARENT_WAIT_S
+                    if now >= parent_wait_until:
+                        parent = None
+                    time.sleep(0.25 * (1 + random.random()))
+                    continue
+                attempt += 1
+                transient = status is None or status in (408, 429) or status >= 500
+                if not transient or late or attempt == 6:
                     raise ActorError(f"could not start the actor flow run for {job_id}: "
                                      f"{type(exc).__name__}: {exc}",
                                      billed_s=0.0, timed_out=late) from None
                 time.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, 8.0)
-        raise AssertionError("unreachable")
 
     # -- cold runs in flight -------------------------------------------------------------
     def track(self, flow_run_id: UUID) -> None:
