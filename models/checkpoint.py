@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from models.env_snapshot import EnvSnapshot
 from models.errors import ConfigError
 from models.normalization import Moments
 
@@ -36,8 +37,8 @@ class RunCheckpoint:
     """models/session.py RunProgress as plain data (round index, totals, history, run id)."""
     round_metrics: dict[str, float]
     """The last round's MLflow metrics, logged after this checkpoint was written."""
-    carry: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
-    """Episodes in progress per actor index (EnvSnapshot.to_state()), with carry_episodes."""
+    carry: dict[int, tuple[EnvSnapshot, ...]] = field(default_factory=dict)
+    """Episodes in progress per actor index, with carry_episodes (stored as plain tensors)."""
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,8 @@ class PolicyArtifact:
 def save_run_checkpoint(path: str | Path, ckpt: RunCheckpoint) -> Path:
     return save_checkpoint(path, {"format": RUN_FORMAT, "version": RUN_VERSION, "config": ckpt.config,
                         "learner": ckpt.learner, "scheduler": ckpt.scheduler,
-                        "progress": ckpt.progress, "round_metrics": ckpt.round_metrics, "carry": ckpt.carry})
+                        "progress": ckpt.progress, "round_metrics": ckpt.round_metrics,
+                        "carry": {i: [s.to_state() for s in snapshots] for i, snapshots in ckpt.carry.items()}})
 
 
 def load_run_checkpoint(path: str | Path) -> RunCheckpoint:
@@ -61,7 +63,8 @@ def load_run_checkpoint(path: str | Path) -> RunCheckpoint:
     try:
         return RunCheckpoint(config=raw["config"], learner=raw["learner"], scheduler=raw["scheduler"],
                              progress=raw["progress"], round_metrics=raw["round_metrics"],
-                             carry=raw.get("carry", {}))  # absent before carry_episodes existed
+                             carry={int(i): tuple(EnvSnapshot.from_state(state) for state in states)
+                                    for i, states in raw.get("carry", {}).items()})  # absent in older files
     except KeyError as exc:
         raise ConfigError(f"{path}: not a complete run checkpoint (missing {exc})") from None
 

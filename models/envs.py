@@ -72,21 +72,22 @@ class EnvSpaces:
     action_high: np.ndarray | None = None
 
 
-def can_carry_episodes(env_id: str) -> bool:
-    """Whether an actor can hand this env's episodes on to the next round's (MuJoCo envs)."""
+def _inspect_env(env_id: str, question):
+    """question(env) on a freshly built env, closed afterwards."""
     env = make_env(env_id)
     try:
-        return supports_snapshots(env)
+        return question(env)
     finally:
         env.close()
+
+
+def can_carry_episodes(env_id: str) -> bool:
+    """Whether an actor can hand this env's episodes on to the next round's (MuJoCo envs)."""
+    return _inspect_env(env_id, supports_snapshots)
 
 
 def env_spaces(env_id: str) -> EnvSpaces:
-    env = make_env(env_id)
-    try:
-        return spaces_of(env)
-    finally:
-        env.close()
+    return _inspect_env(env_id, spaces_of)
 
 
 def spaces_of(env: gym.Env) -> EnvSpaces:

@@ -410,14 +410,13 @@ class TrainingSession:
             scheduler=self.scheduler.state_dict(),
             progress={**asdict(p), "history": [asdict(r) for r in p.history]},
             round_metrics=dict(round_metrics or {}),
-            carry={i: [snapshot.to_state() for snapshot in snapshots] for i, snapshots in self.carry.items()}))
+            carry=dict(self.carry)))
 
     def load(self, checkpoint: RunCheckpoint) -> None:
         """Continue exactly after the last finished round of a checkpoint."""
         self.learner.load_state_dict(checkpoint.learner)
         self.scheduler.load_state_dict(checkpoint.scheduler)
-        self.carry = {int(i): tuple(EnvSnapshot.from_state(state) for state in states)
-                      for i, states in checkpoint.carry.items()}
+        self.carry = dict(checkpoint.carry)
         values = dict(checkpoint.progress)
         values["history"] = [RoundRecord(**r) for r in values["history"]]
         values["measured"] = Measured(**values.get("measured", {}))

@@ -135,19 +135,28 @@ def test_budget_admits_a_round_only_when_its_cost_bound_fits(prefect_api_url, ml
         assert record.cost_usd <= record.bound_usd
 
 
+def crash_before_recording(monkeypatch, round_index: int):
+    """Make TrainingSession.record raise in that round (after its work, before its bookkeeping);
+    returns the original record, to put back."""
+    from models.session import TrainingSession
+
+    original = TrainingSession.record
+
+    def crash(self, *args, **kwargs):
+        if self.round_index == round_index:
+            raise RuntimeError("simulated crash after the round's work, before its bookkeeping")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(TrainingSession, "record", crash)
+    return original
+
+
 def test_a_crashed_run_resumes_without_losing_a_round(prefect_api_url, mlflow_uri, tmp_path,
                                                        monkeypatch):
     from flows import train as train_module
     from models.session import TrainingSession
 
-    original = TrainingSession.record
-
-    def crash_in_round_two(self, *args, **kwargs):
-        if self.round_index == 2:
-            raise RuntimeError("simulated crash after the round's work, before its bookkeeping")
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(TrainingSession, "record", crash_in_round_two)
+    original = crash_before_recording(monkeypatch, round_index=2)
     with pytest.raises(RuntimeError, match="simulated crash"):
         train_module.train(env="CartPole-v1", scheduler="fixed:2", max_rounds=4, fragment=128,
                            seed=5, tracking_uri=mlflow_uri, checkpoint_dir=str(tmp_path))
@@ -275,14 +284,7 @@ def test_carried_episodes_outlive_their_fragment_and_survive_a_crash(prefect_api
 
     assert max(lengths(fresh)) <= 24 < max(lengths(whole))
 
-    original = TrainingSession.record
-
-    def crash_in_round_three(self, *args, **kwargs):
-        if self.round_index == 3:
-            raise RuntimeError("simulated crash")
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(TrainingSession, "record", crash_in_round_three)
+    original = crash_before_recording(monkeypatch, round_index=3)
     with pytest.raises(RuntimeError, match="simulated crash"):
         train_module.train(carry_episodes=True, checkpoint_dir=str(tmp_path / "crashed"), **common)
     monkeypatch.setattr(TrainingSession, "record", original)
