@@ -41,9 +41,9 @@ def main() -> None:
         t0 = time.perf_counter()
         logp, ent, v = learner.policy.evaluate(obs, actions)
         out = ppo_loss(logp, old_logp, adv, v, old_v, ret, ent, LossCoefficients.from_config(learner.cfg))
-        learner.optimizer.zero_grad(set_to_none=True)
+        learner.flat.zero_grad()  # the learner's own step (models/ppo.py Learner.update)
         out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(learner.policy.parameters(), learner.cfg.max_grad_norm)
+        learner.flat.clip_grad_norm_(learner.cfg.max_grad_norm)
         learner.optimizer.step()
         if dev.type == "cuda":
             torch.cuda.synchronize()

@@ -11,6 +11,7 @@ import torch
 from models.config import PPOConfig
 from models.envs import EnvSpaces
 from models.errors import NonFiniteError
+from models.flat_parameters import FlatAdam, FlatParameters, flat_adam_state
 from models.gae import compute_gae, next_values_for
 from models.normalization import Moments, NormStats, RunningMeanStd, merged_with_deltas, shipped_stats
 from models.policy import ActorCritic, weights_to_bytes
@@ -115,10 +116,11 @@ class Learner:
         self.cfg = cfg
         self.device = select_device(device)
         self.policy = ActorCritic(spaces, cfg.hidden, init_log_std=cfg.init_log_std).to(self.device)
-        # foreach: torch's CPU default is a Python loop over the parameters; same results, a
-        # small saving (BENCHMARKS.md, "The learner's update on a CPU").
-        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.learning_rate, eps=1e-5,
-                                          foreach=True)
+        # One flat buffer for the weights and one for the gradients: Adam, the clip and the
+        # zeroing then touch one tensor each, not 13; same results to the bit (BENCHMARKS.md,
+        # "The learner's update on a CPU").
+        self.flat = FlatParameters(self.policy)
+        self.optimizer = FlatAdam(self.flat.flat, lr=cfg.learning_rate, eps=1e-5)
         self.max_rounds = max_rounds
         self.generator = torch.Generator().manual_seed(seed)
         self.updates = 0
@@ -225,7 +227,7 @@ class Learner:
         sums = torch.zeros(len(keys), dtype=torch.float64, device=self.device)
         steps = 0
         coefficients = LossCoefficients.from_config(cfg)
-        params = list(self.policy.parameters())
+        self.flat.check_views()
         for _ in range(cfg.update_epochs):
             order = torch.randperm(n, generator=self.generator).to(self.device)
             # one gather per epoch, then each minibatch is a contiguous slice (a view)
@@ -242,9 +244,9 @@ class Learner:
                 if not torch.isfinite(out.loss):
                     raise NonFiniteError(f"round {round_index}: the PPO loss is {float(out.loss)} at "
                                          f"gradient step {steps}; no weights were changed by it")
-                self.optimizer.zero_grad(set_to_none=True)
+                self.flat.zero_grad()
                 out.loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm, foreach=True)
+                grad_norm = self.flat.clip_grad_norm_(cfg.max_grad_norm)
                 if not torch.isfinite(grad_norm):
                     raise NonFiniteError(f"round {round_index}: the gradient norm is {float(grad_norm)} at "
                                          f"gradient step {steps}; no weights were changed by it")
@@ -287,7 +289,7 @@ class Learner:
 
     def load_state_dict(self, state: dict) -> None:
         self.policy.load_state_dict(state["policy"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.optimizer.load_state_dict(flat_adam_state(state["optimizer"], self.flat))
         self.generator.set_state(state["generator"])
         self.updates = state["updates"]
         if state["obs_rms"] is not None:

@@ -217,7 +217,7 @@ def test_same_seed_learners_give_identical_weights(spaces):
 
 
 def test_the_update_is_clipped_ppo_minibatch_by_minibatch_exactly(spaces):
-    """Learner.update's fast path (one gather per epoch, foreach Adam and gradient clipping,
+    """Learner.update's fast path (one gather per epoch, flat buffers with FlatAdam and one-multiply clipping,
     statistics summed as tensors) gives the same weights and statistics, bit for bit, as the
     plain loop: index each minibatch, torch's default Adam, sum the statistics in floats."""
     cfg = PPOConfig(update_epochs=3, minibatch_size=16, learning_rate=1e-3, clip_vloss=True)
@@ -345,4 +345,4 @@ def test_non_finite_input_or_loss_stops_the_update_before_a_step():
         next(learner.policy.parameters()).fill_(float("inf"))
     with pytest.raises(NonFiniteError, match="loss is nan at gradient step 0"):
         learner.update([batch])
-    assert not learner.optimizer.state  # Adam's state appears at its first step: none was taken
+    assert not learner.optimizer.state_dict()["state"]  # Adam's state appears at its first step: none was taken
