@@ -85,6 +85,9 @@ class RunningMeanStd:
         x = np.asarray(batch, dtype=np.float64).reshape((-1, *self.shape))
         if x.shape[0] == 0:
             return
+        if x.shape[0] == 1:  # one env per actor, every step: numpy's mean and var of one sample
+            self._merge_moments(1.0, x[0], np.zeros(self.shape))  # are x and 0 exactly; skip their cost
+            return
         self._merge_moments(float(x.shape[0]), x.mean(axis=0), x.var(axis=0))
 
     def merge(self, other: RunningMeanStd) -> RunningMeanStd:

@@ -40,6 +40,20 @@ def test_sequential_updates_equal_concatenated_data():
     assert_matches_data(stats_of(chunks, (3,)), np.concatenate(chunks))
 
 
+@pytest.mark.parametrize("shape", [(), (11,)])
+def test_one_sample_updates_are_the_numpy_reductions_bit_for_bit(shape):
+    """An actor with one env adds one sample a step; that path skips numpy's mean and var
+    (of one sample: itself and 0) and must give the same statistics to the last bit."""
+    rng = np.random.default_rng(3)
+    fast, reference = RunningMeanStd(shape), RunningMeanStd(shape)
+    for _ in range(300):
+        x = rng.normal(2.0, 7.0, size=(1, *shape)) ** 3
+        fast.update(x)
+        reference._merge_moments(1.0, x.reshape((-1, *shape)).mean(axis=0), x.reshape((-1, *shape)).var(axis=0))
+    assert fast.count == reference.count == 300
+    assert np.array_equal(fast.mean, reference.mean) and np.array_equal(fast.var, reference.var)
+
+
 def test_scalar_shape_and_empty_parts():
     rng = np.random.default_rng(2)
     data = rng.exponential(5.0, size=123)
