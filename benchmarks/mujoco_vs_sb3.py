@@ -374,7 +374,31 @@ def table(env_id: str, steps: int, seeds: list[int], rows: list[dict], target: f
     for who in whos[1:]:
         ratio = _median(ours, "wall_s") / _median([r for r in rows if r["who"] == who], "wall_s")
         lines.append(f"\nwall-time ratio ours/{who} over the whole budget (medians): {ratio:.2f}")
+        if eval_every:
+            lines.append(to_target_ratio(rows, who))
     return "\n".join(lines)
+
+
+def _wall_to_target(rows: list[dict], who: str) -> dict[int, float]:
+    """Seed -> wall seconds to the locomotion J (inf where the run never reached it)."""
+    return {r["seed"]: r["to_target"]["wall_s"] if r.get("to_target") else math.inf
+            for r in rows if r["who"] == who}
+
+
+def to_target_ratio(rows: list[dict], peer: str) -> str:
+    """Wall time to J, ours against `peer`, over the seeds both sides ran: the ratio of the
+    medians (a run that never reached J counts as infinitely slow) and each seed's ratio."""
+    ours, theirs = _wall_to_target(rows, "ours"), _wall_to_target(rows, peer)
+    seeds = sorted(ours.keys() & theirs.keys())
+    if not seeds:
+        return f"wall-time ratio ours/{peer} to J: no seed run by both"
+    med_ours = statistics.median(ours[s] for s in seeds)
+    med_theirs = statistics.median(theirs[s] for s in seeds)
+    ratio = med_ours / med_theirs if math.isfinite(med_theirs) else math.nan
+    per_seed = ", ".join(f"{s}: {ours[s] / theirs[s]:.2f}" if math.isfinite(ours[s] + theirs[s])
+                         else f"{s}: {'ours' if math.isinf(ours[s]) else peer} never reached J" for s in seeds)
+    return (f"wall-time ratio ours/{peer} to J (medians over seeds {seeds}; never reached = inf): "
+            f"{ratio:.2f} ({med_ours:.1f} s / {med_theirs:.1f} s); per seed {per_seed}")
 
 
 def main() -> None:

@@ -139,3 +139,19 @@ def test_benchmark_time_to_target_needs_every_episode_to_move_forward():
     assert first_locomotion(evals, 2000.0) == {"env_steps": 24576, "wall_s": 24.576}
     assert first_locomotion(evals[:2], 2000.0) is None
     assert first_locomotion([point(8192, 500.0, None)], 475.0) == {"env_steps": 8192, "wall_s": 8.192}
+
+
+def test_benchmark_ratio_to_target_counts_a_run_that_never_reached_it_as_slowest():
+    from benchmarks.mujoco_vs_sb3 import to_target_ratio
+
+    def row(who, seed, wall):
+        return {"who": who, "seed": seed, "to_target": None if wall is None else {"wall_s": wall}}
+
+    rows = [row("ours", 0, 60.0), row("ours", 1, 90.0), row("ours", 2, None),
+            row("cleanrl", 0, 100.0), row("cleanrl", 1, 120.0), row("cleanrl", 2, 200.0),
+            row("cleanrl", 3, 10.0)]  # seed 3: ours not run, so not compared
+    text = to_target_ratio(rows, "cleanrl")
+    assert "seeds [0, 1, 2]" in text
+    assert "0.75 (90.0 s / 120.0 s)" in text  # medians: ours {60, 90, inf} -> 90; theirs 120
+    assert "0: 0.60, 1: 0.75, 2: ours never reached J" in text
+    assert "no seed run by both" in to_target_ratio(rows[:3], "cleanrl")
