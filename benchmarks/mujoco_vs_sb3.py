@@ -317,6 +317,11 @@ def ours_run(env_id: str, seed: int, rounds: int, tracking_uri: str, eval_episod
             **eval_fields(ev), "curve": curve}
 
 
+def run_order(seed_index: int, runs: list) -> list:
+    """The (side, run) pairs of one seed: ours first on even seed indices, last on odd ones."""
+    return runs if seed_index % 2 == 0 else runs[::-1]
+
+
 def resumable_rows(out: Path, settings: dict) -> list[dict]:
     """The finished runs of an earlier call with the same settings (env, variant, J, steps,
     evaluation, PPO overrides), to skip; none if the file is absent or its settings differ."""
@@ -467,13 +472,15 @@ def main() -> None:
     with contextlib.nullcontext() if args.report_only else prefect_api():
         if not args.report_only:
             print(f"temporary Prefect API up in {time.perf_counter() - t0:.1f} s (not counted)", flush=True)
-        for seed in [] if args.report_only else args.seeds:  # alternate, so machine load drifts hit every side alike
+        for i, seed in enumerate([] if args.report_only else args.seeds):
             runs = [lambda s=seed: ours_run(args.env, s, rounds, tracking_uri, args.eval_episodes,
                                             target, args.eval_every, args.variant, args.ppo)]
             runs += [lambda s=seed, p=peer: sb3_run(p, args.env, s, steps, window, args.eval_episodes,
                                                     target, args.eval_every) for peer in args.peers]
             whos = ["ours", *args.peers]
-            for who, run in zip(whos, runs, strict=True):
+            # the order reverses every other seed, so a drift in the machine's speed (up to 1.7x
+            # within an hour here) does not always fall on the same side
+            for who, run in run_order(i, list(zip(whos, runs, strict=True))):
                 if any(r["who"] == who and r["seed"] == seed for r in rows):
                     continue  # done in an earlier call
                 row = run()

@@ -155,3 +155,12 @@ def test_benchmark_ratio_to_target_counts_a_run_that_never_reached_it_as_slowest
     assert "0.75 (90.0 s / 120.0 s)" in text  # medians: ours {60, 90, inf} -> 90; theirs 120
     assert "0: 0.60, 1: 0.75, 2: ours never reached J" in text
     assert "no seed run by both" in to_target_ratio(rows[:3], "cleanrl")
+
+
+def test_benchmark_alternates_which_side_runs_first():
+    from benchmarks.mujoco_vs_sb3 import run_order
+
+    runs = [("ours", 0), ("cleanrl", 1), ("rlzoo", 2)]
+    assert [who for who, _ in run_order(0, runs)] == ["ours", "cleanrl", "rlzoo"]
+    assert [who for who, _ in run_order(1, runs)] == ["rlzoo", "cleanrl", "ours"]
+    assert run_order(2, runs) == runs
