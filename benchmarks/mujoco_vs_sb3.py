@@ -172,9 +172,10 @@ def sb3_evaluate(model, vec_env, env_id: str, episodes: int, seed: int):
     return run_episodes(act, env_id, episodes, seed)
 
 
-def progress_log(started: float, eval_every_steps: int, evaluate):
+def progress_log(started: float, eval_every_steps: int, evaluate, stop_at: float | None = None):
     """An SB3 callback: (env step, return) of every finished episode, and with eval_every_steps
-    an evaluation at the start of each rollout after a multiple of it (after the update)."""
+    an evaluation at the start of each rollout after a multiple of it (after the update). With
+    stop_at (J), training stops at the first evaluation that reaches the locomotion J."""
     from stable_baselines3.common.callbacks import BaseCallback
 
     class ProgressLog(BaseCallback):
@@ -187,6 +188,8 @@ def progress_log(started: float, eval_every_steps: int, evaluate):
             self._last_eval_at = 0
 
         def _on_step(self) -> bool:
+            if stop_at is not None and first_locomotion(self.evals, stop_at) is not None:
+                return False  # SB3 ends learn() here, one env step into the next rollout
             for info in self.locals["infos"]:
                 if "episode" in info:
                     self.ends.append(self.num_timesteps)
@@ -214,13 +217,14 @@ def episode_log():
 
 
 def sb3_run(peer: str, env_id: str, seed: int, steps: int, window: int, eval_episodes: int,
-            target: float, eval_every: int) -> dict:
+            target: float, eval_every: int, stop_at_target: bool = False) -> dict:
     torch.set_num_threads(1)
     started = time.perf_counter()
     model, env = sb3_model(peer, env_id, seed, steps)
     # eval seeds as ours: 10,000 + the number of our rounds done (window = one round of ours)
     log = progress_log(started, eval_every * window,
-                       lambda n: sb3_evaluate(model, env, env_id, eval_episodes, 10_000 + n // window))
+                       lambda n: sb3_evaluate(model, env, env_id, eval_episodes, 10_000 + n // window),
+                       stop_at=target if stop_at_target else None)
     model.learn(total_timesteps=steps, callback=log)
     log.maybe_evaluate()  # the last update has no rollout after it
     wall = time.perf_counter() - started - log.eval_s
@@ -285,16 +289,19 @@ def eval_seconds(summary, tracking_uri: str) -> float:
 
 
 def ours_run(env_id: str, seed: int, rounds: int, tracking_uri: str, eval_episodes: int,
-             target: float, eval_every: int, variant: str | None, ppo: dict | None = None) -> dict:
+             target: float, eval_every: int, variant: str | None, ppo: dict | None = None,
+             stop_at_target: bool = False) -> dict:
     from flows.train import train
     from models.presets import preset_for
 
     torch.set_num_threads(1)
     preset = preset_for(env_id, variant)
     started, called_at = time.perf_counter(), time.time()
-    # Run the full step budget (target far away) so that both sides train equally long.
+    # Run the full step budget (target far away) so that both sides train equally long, or with
+    # stop_at_target until an evaluation reaches the locomotion J (as the SB3 side stops).
     summary = train(env=env_id, preset=variant, scheduler=preset["scheduler"], seed=seed, max_rounds=rounds,
-                    target_return=1e9, budget_usd=1e6, tracking_uri=tracking_uri,
+                    target_return=target if stop_at_target else 1e9, stop_at_eval=stop_at_target,
+                    budget_usd=1e6, tracking_uri=tracking_uri,
                     fragment=int(preset["fragment"]), ppo={**preset["ppo"], **(ppo or {})},
                     eval_every=eval_every, eval_episodes=eval_episodes if eval_every else None,
                     experiment=f"benchmark/{env_id}{'-' + variant if variant else ''}-vs-sb3")
@@ -322,13 +329,18 @@ def run_order(seed_index: int, runs: list) -> list:
     return runs if seed_index % 2 == 0 else runs[::-1]
 
 
+# Settings that results files written before them lack, with the value those runs had.
+SETTINGS_ADDED_LATER = {"stop_at_target": False}
+
+
 def resumable_rows(out: Path, settings: dict) -> list[dict]:
     """The finished runs of an earlier call with the same settings (env, variant, J, steps,
     evaluation, PPO overrides), to skip; none if the file is absent or its settings differ."""
     if not out.exists():
         return []
     saved = json.loads(out.read_text())
-    differs = {k: (saved.get(k), v) for k, v in settings.items() if saved.get(k) != v}
+    differs = {k: (saved.get(k, SETTINGS_ADDED_LATER.get(k)), v) for k, v in settings.items()
+               if saved.get(k, SETTINGS_ADDED_LATER.get(k)) != v}
     if differs:
         print(f"{out} holds runs of other settings {differs}: starting over (it will be overwritten)", flush=True)
         return []
@@ -424,6 +436,10 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=0,
                         help="evaluate every N rounds during training, both sides (0: only at the end)")
     parser.add_argument("--eval-episodes", type=int, default=5)
+    parser.add_argument("--stop-at-target", action="store_true",
+                        help="stop each run at its first evaluation that reaches J with every episode "
+                             "moving forward (needs --eval-every): wall time to J in a fraction of the "
+                             "budget's time; the step budget still sets the lr schedule")
     parser.add_argument("--tracking-uri", default=None)
     parser.add_argument("--out", default=None,
                         help="results JSON (default benchmarks/results/<env>[-variant]_vs_sb3.json)")
@@ -449,15 +465,19 @@ def main() -> None:
     tracking_uri = args.tracking_uri or default_tracking_uri()
     label = f"{args.env}-{args.variant}" if args.variant else args.env
     # issue 5's file name kept for its run
+    if args.stop_at_target and not args.eval_every:
+        parser.error("--stop-at-target stops at an evaluation: give --eval-every")
     out = Path(args.out) if args.out else RESULTS / (
-        "hopper_vs_sb3.json" if label == "Hopper-v5" else f"{label}_vs_sb3.json")
+        "hopper_vs_sb3.json" if label == "Hopper-v5" else
+        f"{label}_vs_sb3{'_to_target' if args.stop_at_target else ''}.json")
     print(f"{args.env}{' (' + args.variant + ')' if args.variant else ''}: {rounds} rounds x {actors} "
           f"actors x {fragment} steps = {steps} env steps each; J = {target:g}; SB3 window for "
           f"R_k-like figures: {window} steps; peers {args.peers}", flush=True)
     settings = {"env": args.env, "variant": args.variant, "scheduler": preset["scheduler"],
                 "fragment": fragment, "carry_episodes": preset["carry_episodes"], "preset_ppo": preset["ppo"],
                 "target": target, "steps": steps,
-                "eval_every": args.eval_every, "eval_episodes": args.eval_episodes, "ppo_overrides": args.ppo}
+                "eval_every": args.eval_every, "eval_episodes": args.eval_episodes, "ppo_overrides": args.ppo,
+                "stop_at_target": args.stop_at_target}
     rows = [] if args.fresh else resumable_rows(out, settings)
     if rows:
         print(f"resuming {out}: {len(rows)} runs done: "
@@ -474,9 +494,11 @@ def main() -> None:
             print(f"temporary Prefect API up in {time.perf_counter() - t0:.1f} s (not counted)", flush=True)
         for i, seed in enumerate([] if args.report_only else args.seeds):
             runs = [lambda s=seed: ours_run(args.env, s, rounds, tracking_uri, args.eval_episodes,
-                                            target, args.eval_every, args.variant, args.ppo)]
+                                            target, args.eval_every, args.variant, args.ppo,
+                                            args.stop_at_target)]
             runs += [lambda s=seed, p=peer: sb3_run(p, args.env, s, steps, window, args.eval_episodes,
-                                                    target, args.eval_every) for peer in args.peers]
+                                                    target, args.eval_every, args.stop_at_target)
+                     for peer in args.peers]
             whos = ["ours", *args.peers]
             # the order reverses every other seed, so a drift in the machine's speed (up to 1.7x
             # within an hour here) does not always fall on the same side

@@ -175,6 +175,7 @@ def train(
     quorum: float | None = None,
     eval_every: int | None = None,
     eval_episodes: int | None = None,
+    stop_at_eval: bool | None = None,
     resume: str | None = None,
     warm_actors: int | None = None,
     backend_options: dict[str, Any] | None = None,
@@ -224,6 +225,8 @@ def train(
         eval_every: every this many rounds (and at the end), evaluate the policy's deterministic
             actions on whole episodes, logged as eval/...; 0 (the default) turns it off.
         eval_episodes: episodes per evaluation (default 5).
+        stop_at_eval: judge J on the evaluations, not on R_k: stop once an evaluation's mean
+            return reaches J with every episode moving forward (MuJoCo locomotion); needs eval_every.
         resume: a run's checkpoint (checkpoints/<run id>/latest.pt): continue it after its last
             finished round, in the same MLflow run, with its stored configuration; only
             max_rounds, budget_usd, the backend and its options, actor_timeout_s,
@@ -418,6 +421,7 @@ def run_rounds(session: TrainingSession, backend: ActorBackend, tracker: RunTrac
                                      pool_startup_s=backend.take_startup_s())
             if cfg.eval_every and (session.round_index % cfg.eval_every == 0 or session.stop_reason):
                 metrics.update(evaluate(session, cfg.eval_episodes))
+                session.record_evaluation(metrics)
             chaos_point("recorded", k)
             session.save(ckpt_path, metrics)
             chaos_point("saved", k)

@@ -221,6 +221,10 @@ class RunConfig:
     """Every this many rounds (and at the end) evaluate deterministic actions; 0: off."""
     eval_episodes: int = 5
     """Whole episodes per evaluation."""
+    stop_at_eval: bool = False
+    """Judge J on the periodic evaluations instead of R_k: stop once an evaluation's mean return
+    reaches J and, on MuJoCo locomotion envs, every evaluated episode moved forward (a policy that
+    stands still cannot count). Needs eval_every."""
     prices: PriceTable = field(default_factory=PriceTable.load)
     """The price table the run is billed with (its actor memory is actor_memory_gb)."""
     tracking_uri: str = ""
@@ -249,7 +253,7 @@ class RunConfig:
     # what it learns. tracking_uri: a store moved elsewhere (the run must exist there).
     RESUMABLE_CHANGES: ClassVar[frozenset[str]] = frozenset({
         "max_rounds", "budget_usd", "backend", "actor_timeout_s", "actor_retries", "quorum",
-        "eval_every", "eval_episodes", "learner_device", "tracking_uri", "checkpoint_dir", "register_model",
+        "eval_every", "eval_episodes", "stop_at_eval", "learner_device", "tracking_uri", "checkpoint_dir", "register_model",
         "log_model"})
 
     def validate(self) -> None:
@@ -274,6 +278,9 @@ class RunConfig:
         _check(0 < self.quorum <= 1, "quorum must be a fraction in (0, 1]")
         _check(self.eval_every >= 0, "eval_every must be >= 0 (0 turns evaluation off)")
         _check(self.eval_episodes >= 1, "eval_episodes must be >= 1")
+        _check(isinstance(self.stop_at_eval, bool), f"stop_at_eval must be true or false, got {self.stop_at_eval!r}")
+        _check(not self.stop_at_eval or self.eval_every > 0,
+               "stop_at_eval judges J on the periodic evaluations: set eval_every (rounds between them)")
         _check(self.register_model is None or (isinstance(self.register_model, str) and self.register_model.strip() != ""),
                f"register_model must be a model name, got {self.register_model!r}")
         _check(isinstance(self.log_model, bool), f"log_model must be true or false, got {self.log_model!r}")

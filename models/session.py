@@ -343,13 +343,28 @@ class TrainingSession:
         })
         p.history.append(RoundRecord.from_metrics(p.round_index, metrics))
         p.round_index += 1
-        if not math.isnan(ret) and ret >= self.cfg.target_return:
+        if not self.cfg.stop_at_eval and not math.isnan(ret) and ret >= self.cfg.target_return:
             p.stop_reason = STOP_TARGET
             p.stop_detail = f"target: round {p.round_index - 1} returned {ret:.4g} >= J={self.cfg.target_return:g}"
         elif p.round_index >= self.cfg.max_rounds:
             p.stop_reason = STOP_MAX_ROUNDS
             p.stop_detail = f"max_rounds: K={self.cfg.max_rounds} rounds run"
         return metrics
+
+    def record_evaluation(self, metrics: dict[str, float]) -> None:
+        """With stop_at_eval, stop when this evaluation (eval/ metrics of the round just
+        recorded) reaches J with every episode moving forward where displacement is measured."""
+        if not self.cfg.stop_at_eval or self.progress.stop_reason == STOP_TARGET:
+            return
+        ret = metrics.get("eval/return_mean", math.nan)
+        forward = metrics.get("eval/forward_displacement_min")
+        if math.isnan(ret) or ret < self.cfg.target_return or (forward is not None and not forward > 0):
+            return
+        p = self.progress
+        p.stop_reason = STOP_TARGET
+        moved = f", every episode forward (min {forward:.2f} m)" if forward is not None else ""
+        p.stop_detail = (f"target: the evaluation after round {p.round_index - 1} returned {ret:.4g} >= "
+                         f"J={self.cfg.target_return:g}{moved}")
 
     def _cluster_basis_s(self) -> float:
         """The wall time the server cluster is priced for: what a server-cluster run was billed;

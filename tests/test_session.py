@@ -52,6 +52,41 @@ def test_target_stops_the_run_once_a_round_reaches_j():
     assert s.summary().best_return == 110.0
 
 
+def test_stop_at_eval_judges_j_on_the_evaluations_and_needs_every_episode_forward():
+    s = session(target_return=100.0, max_rounds=10, stop_at_eval=True, eval_every=1)
+    finish_round(s, [150.0])  # R_k above J: not the criterion any more
+    assert s.stop_reason is None
+    s.record_evaluation({"eval/return_mean": 90.0})
+    assert s.stop_reason is None
+    # a high return from an episode that went backwards (standing, or hopping the wrong way)
+    s.record_evaluation({"eval/return_mean": 130.0, "eval/forward_displacement_min": -0.1})
+    assert s.stop_reason is None
+    s.record_evaluation({"eval/return_mean": 130.0, "eval/forward_displacement_min": float("nan")})
+    assert s.stop_reason is None
+    s.record_evaluation({"eval/return_mean": 101.0, "eval/forward_displacement_min": 2.5})
+    assert s.stop_reason == STOP_TARGET and s.summary().target_reached
+    assert "evaluation after round 0 returned 101 >= J=100, every episode forward (min 2.50 m)" in s.progress.stop_detail
+    # without displacement figures (not a locomotion env) the return alone decides; the last
+    # round's own max_rounds stop gives way to the target it reached
+    last = session(target_return=100.0, max_rounds=1, stop_at_eval=True, eval_every=1)
+    finish_round(last, [10.0])
+    assert last.stop_reason == STOP_MAX_ROUNDS
+    last.record_evaluation({"eval/return_mean": 100.0})
+    assert last.stop_reason == STOP_TARGET
+    # off (the default): evaluations never stop a run
+    off = session(target_return=100.0, max_rounds=10, eval_every=1)
+    finish_round(off, [10.0])
+    off.record_evaluation({"eval/return_mean": 500.0, "eval/forward_displacement_min": 3.0})
+    assert off.stop_reason is None
+
+
+def test_stop_at_eval_without_evaluations_is_refused_before_anything_runs():
+    from models.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="stop_at_eval judges J on the periodic evaluations: set eval_every"):
+        session(stop_at_eval=True)
+
+
 def test_max_rounds_stops_after_k_rounds_and_a_round_without_episodes_never_reaches_j():
     s = session(target_return=10.0, max_rounds=2)
     finish_round(s, [])
