@@ -118,7 +118,7 @@ class Learner:
         self.policy = ActorCritic(spaces, cfg.hidden, init_log_std=cfg.init_log_std).to(self.device)
         # One flat buffer for the weights and one for the gradients: Adam, the clip and the
         # zeroing then touch one tensor each, not 13; same results to the bit (BENCHMARKS.md,
-        # "The learner's update on a CPU").
+        # "A faster round").
         self.flat = FlatParameters(self.policy)
         self.optimizer = FlatAdam(self.flat.flat, lr=cfg.learning_rate, eps=1e-5)
         self.max_rounds = max_rounds

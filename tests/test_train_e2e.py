@@ -294,3 +294,14 @@ def test_carried_episodes_outlive_their_fragment_and_survive_a_crash(prefect_api
     for a, b in zip(resumed.history, whole.history, strict=True):
         assert (a.mean_return, a.loss, a.policy_kl) == pytest.approx((b.mean_return, b.loss, b.policy_kl),
                                                                       rel=1e-6, nan_ok=True)
+
+
+def test_stop_at_eval_ends_the_run_at_the_evaluation_that_reaches_j(prefect_api_url, mlflow_uri, tmp_path):
+    from flows.train import train
+
+    summary = train(env="CartPole-v1", scheduler="fixed:2", max_rounds=4, fragment=128, seed=1,
+                    target_return=5.0, eval_every=1, eval_episodes=1, stop_at_eval=True,
+                    tracking_uri=mlflow_uri, checkpoint_dir=str(tmp_path))
+    assert (summary.stop_reason, summary.rounds) == ("target_reached", 1)
+    assert summary.stop_detail.startswith("target: the evaluation after round 0 returned")
+    assert MlflowClient(mlflow_uri).get_run(summary.run_id).data.metrics["eval/return_mean"] >= 5.0
