@@ -48,6 +48,7 @@ from models.learned_scheduler import (  # noqa: E402
 )
 from models.presets import resolve_run_config  # noqa: E402
 from models.scheduler_agent import AgentConfig, Episode, SchedulerAgent  # noqa: E402
+from models.scheduler_provenance import SchedulerProvenance, SchedulerWorkload, TrainingSession  # noqa: E402
 from models.scheduler_reward import rewards_from_summary  # noqa: E402
 from models.scheduler_training import SchedulerEpisodeRecord, SchedulerTrainingResult  # noqa: E402
 from models.session import RunSummary  # noqa: E402
@@ -58,8 +59,8 @@ MAX_CONCURRENCY = 16
 NO_TARGET = 1e8  # presets without a published target use 1e9: "run until budget or K"
 
 
-WORKLOAD_KEYS = ("i_max", "target_return", "budget_usd", "max_rounds", "fragment", "ppo", "local_workers")
-"""The `train` parameters of a scheduler's workload (every episode's run uses them)."""
+WORKLOAD_KEYS = tuple(f.name for f in dataclasses.fields(SchedulerWorkload) if f.name != "env")
+"""The `train` parameters of a scheduler's workload besides env (every episode's run uses them)."""
 
 
 def registered_threshold(env: str) -> float | None:
@@ -73,18 +74,17 @@ def registered_threshold(env: str) -> float | None:
     return None if threshold is None else float(threshold)
 
 
-def scheduler_target(env: str, workload: dict[str, Any]) -> float:
-    """J for scheduler runs on env: workload's target_return (None: the preset's) unless that is
-    the presets' "no target", then gymnasium's reward_threshold for env. Validates the workload
-    first (a bad value fails here, not in episode 0)."""
-    cfg = resolve_run_config({"env": env, "scheduler": "max",
-                              **{k: workload[k] for k in WORKLOAD_KEYS
-                                 if workload.get(k) is not None}})
+def scheduler_target(workload: SchedulerWorkload) -> float:
+    """J for scheduler runs on the workload: its target_return (None: the preset's) unless that
+    is the presets' "no target", then gymnasium's reward_threshold for its env. Validates the
+    workload first (a bad value fails here, not in episode 0)."""
+    given = {k: v for k, v in workload.train_parameters().items() if v is not None}
+    cfg = resolve_run_config({**given, "scheduler": "max"})
     if cfg.target_return < NO_TARGET:
         return cfg.target_return  # the workload's, else the preset's
-    threshold = registered_threshold(env)
+    threshold = registered_threshold(workload.env)
     if threshold is None:
-        raise ConfigError(f"{env} has no target return in its preset nor a gymnasium "
+        raise ConfigError(f"{workload.env} has no target return in its preset nor a gymnasium "
                           "reward_threshold: pass target_return (J); the scheduler's reward needs one")
     return threshold
 
@@ -102,13 +102,13 @@ def _not_a_config_error(task, task_run, state) -> bool:
 
 @task(name="scheduler-episode", task_run_name="episode-{episode}", cache_policy=NO_CACHE,
       persist_result=False, retries=1, retry_condition_fn=_not_a_config_error)
-def scheduler_episode(episode: int, checkpoint: str, workload: dict[str, Any], seed: int,
+def scheduler_episode(episode: int, checkpoint: str, workload: SchedulerWorkload, seed: int,
                       parent_run_id: str, tracking_uri: str, experiment: str,
                       checkpoint_dir: str) -> RunSummary:
     """One scheduler episode: a complete `train` run with the learned scheduler sampling."""
     return train(scheduler=f"learned:{checkpoint}:sample", seed=seed, parent_run_id=parent_run_id,
                  tracking_uri=tracking_uri, experiment=experiment, checkpoint_dir=checkpoint_dir,
-                 log_model=False, **workload)
+                 log_model=False, **workload.train_parameters())
 
 
 @flow(name="train-scheduler", flow_run_name="train-scheduler-{env}-{episodes}ep-seed{seed}", persist_result=False, validate_parameters=True,
@@ -132,6 +132,8 @@ def train_scheduler(
     fragment: int | None = None,
     ppo: dict[str, Any] | None = None,
     local_workers: int | None = None,
+    backend: str | None = None,
+    backend_options: dict[str, Any] | None = None,
     seed: int = 0,
     tracking_uri: str | None = None,
     experiment: str | None = None,
@@ -162,6 +164,10 @@ def train_scheduler(
         fragment: env steps per actor per round; default the env's preset.
         ppo: overrides of the workload's PPO settings, e.g. {"learning_rate": 0.002}.
         local_workers: worker processes of the local backend; default one per core.
+        backend: where the episodes' actors run (local, dask, ...; default local). With a Dask
+            cluster (backend_options {"dask_address": ...}) and concurrency > 1, several episodes'
+            actors share the cluster while each episode's learner runs in this flow's process.
+        backend_options: that backend's options (tasks/backends.py).
         seed: episode e trains the workload with seed + e (and samples actions with it).
         tracking_uri: MLflow store; default MLFLOW_TRACKING_URI or ./mlruns/mlflow.db.
         experiment: MLflow experiment of the parent run and its nested workload runs;
@@ -177,19 +183,18 @@ def train_scheduler(
     overrides["cost_weight"] = cost_weight
     if learning_rate is not None:
         overrides["learning_rate"] = learning_rate
-    workload = {"i_max": i_max, "target_return": target_return, "budget_usd": budget_usd,
-                "max_rounds": max_rounds, "fragment": fragment, "ppo": ppo, "local_workers": local_workers}
-    workload["target_return"] = scheduler_target(env, workload)
-    if workload["target_return"] != target_return:
-        logger.info("%s: no preset target; using gymnasium's reward_threshold J = %s", env,
-                    workload["target_return"])
-    workload = {"env": env, **workload}
+    workload = SchedulerWorkload(env=env, i_max=i_max, target_return=target_return, budget_usd=budget_usd,
+                                 max_rounds=max_rounds, fragment=fragment, ppo=ppo, local_workers=local_workers,
+                                 backend=backend, backend_options=backend_options)
+    workload = workload.with_target(scheduler_target(workload))
+    if workload.target_return != target_return:
+        logger.info("%s: J = %s (the preset's, else gymnasium's reward_threshold)", env, workload.target_return)
     tracker = RunTracker(tracking_uri)
     experiment = experiment or f"minionsrl-scheduler/{env}"
     ckpt_root = Path(checkpoint_dir or project_root() / "checkpoints")
 
     # -- the agent: fresh, from a checkpoint, or from a resumed run's last artifact ----------
-    done, meta = 0, {}
+    done, meta = 0, SchedulerProvenance()
     if resume_run_id:
         tracker.start(experiment, "", params={}, run_id=resume_run_id)
         with tempfile.TemporaryDirectory() as tmp:
@@ -200,10 +205,11 @@ def train_scheduler(
                 tracker.finish("FAILED")
                 raise ConfigError(f"run {resume_run_id} has no usable {ARTIFACT_DIR}/{ARTIFACT_NAME} to "
                                   f"resume from (it stopped before its first update?): {exc}") from exc
-        done = int(meta.get("progress", {}).get("episodes_done", 0))
-        previous = next((e for e in meta.get("trained_on", []) if e.get("mlflow_run_id") == resume_run_id), None)
-        if previous is not None:  # the run's own workload and seeds, whatever was passed now
-            workload, seed = previous["workload"], previous["seed"]
+        done = meta.episodes_done
+        previous = meta.session(resume_run_id)
+        if previous is not None:  # the run's own workload and seeds; where actors run may change
+            workload, seed = previous.workload.placed(backend, backend_options, local_workers), previous.seed
+            previous.workload = workload
         logger.info("resuming scheduler training run %s after %d episodes", resume_run_id, done)
     else:
         source = None
@@ -218,28 +224,25 @@ def train_scheduler(
             sched_agent = SchedulerAgent(i_max, AgentConfig().replace(overrides), seed=seed)
         params = {"env": env, "episodes": episodes, "batch_episodes": batch_episodes,
                   "concurrency": concurrency, "init_from": init_from, "seed": seed,
-                  "agent": dataclasses.asdict(sched_agent.config), "workload": workload}
+                  "agent": dataclasses.asdict(sched_agent.config), "workload": workload.to_json()}
         tags = {"minionsrl.kind": "scheduler-training",
                 "minionsrl.scheduler_init": "finetune" if init_from else "scratch"}
         tracker.start(experiment, f"scheduler__{env}__{'finetune' if init_from else 'scratch'}__{seed}__"
                       f"{time.strftime('%Y%m%d-%H%M%S')}", params=params, tags=tags)
-        meta = dict(meta)
-        meta.setdefault("trained_on", [])
         if source is not None:
-            meta["fine_tuned_from"] = str(init_from)
+            meta.fine_tuned_from = str(init_from)
     run_id = tracker.run_id
-    meta.setdefault("trained_on", [])
-    entry = next((e for e in meta["trained_on"] if e.get("mlflow_run_id") == run_id), None)
+    entry = meta.session(run_id)
     if entry is None:
-        entry = {"env": env, "episodes": 0, "mlflow_run_id": run_id, "seed": seed,
-                 "mode": "finetune" if init_from else "scratch", "workload": workload,
-                 "beta": beta, "cost_weight": cost_weight, "batch_episodes": batch_episodes, "wall_s": 0.0}
-        meta["trained_on"].append(entry)
+        entry = TrainingSession(env=env, mlflow_run_id=run_id, seed=seed,
+                                mode="finetune" if init_from else "scratch", workload=workload,
+                                beta=beta, cost_weight=cost_weight, batch_episodes=batch_episodes)
+        meta.trained_on.append(entry)
     work = ckpt_root / "schedulers" / run_id
     ckpt = work / ARTIFACT_NAME
     status, results = "FAILED", []
     started = time.perf_counter()
-    wall_before = entry["wall_s"]
+    wall_before = entry.wall_s
     artifacts = EpisodeArtifacts(run_id, episodes, done, logger)  # Prefect: progress, episodes, summary
     try:
         while done < episodes:
@@ -265,9 +268,9 @@ def train_scheduler(
             stats = sched_agent.update(learn_from)
             done = batch[-1] + 1
             tracker.log_metrics(stats, step=batch[-1])
-            entry["episodes"] = entry.get("episodes", 0) + len(batch)
-            entry["wall_s"] = wall_before + time.perf_counter() - started
-            meta["progress"] = {"episodes_done": done, "updates": sched_agent.updates}
+            entry.episodes += len(batch)
+            entry.wall_s = wall_before + time.perf_counter() - started
+            meta.episodes_done, meta.updates = done, sched_agent.updates
             save_scheduler(ckpt, sched_agent, meta=meta)
             tracker.log_artifact(ckpt, ARTIFACT_DIR)
             artifacts.episodes_done(done, results[-1].reward if results else None, results)
@@ -280,7 +283,7 @@ def train_scheduler(
                                        artifact_uri=f"runs:/{run_id}/{ARTIFACT_DIR}/{ARTIFACT_NAME}",
                                        tracking_uri=tracker.tracking_uri, experiment=experiment,
                                        episodes_done=done, updates=sched_agent.updates, episodes=results,
-                                       wall_s=entry["wall_s"])
+                                       wall_s=entry.wall_s)
     finally:
         artifacts.close()
         tracker.finish(status)
@@ -306,8 +309,8 @@ def finetune_scheduler(
         episodes: fine-tuning episodes (the paper: about 10).
         batch_episodes: episodes per PPO update of the scheduler.
         options: any other train-scheduler parameter (output, beta, learning_rate, agent,
-            i_max, target_return, budget_usd, max_rounds, fragment, ppo, local_workers, seed,
-            tracking_uri, experiment, checkpoint_dir), validated by that flow.
+            i_max, target_return, budget_usd, max_rounds, fragment, ppo, local_workers, backend,
+            backend_options, seed, tracking_uri, experiment, checkpoint_dir), validated by that flow.
     """
     return train_scheduler(env=env, episodes=episodes, batch_episodes=batch_episodes, init_from=source,
                            **options)
@@ -316,9 +319,10 @@ def finetune_scheduler(
 # -- the command line (flows/experiments/cli.py shares the workload options) -----------------------
 
 CLI_WORKLOAD = (("i_max", int), ("target_return", float), ("budget_usd", float), ("max_rounds", int),
-                ("fragment", int), ("ppo", json.loads), ("local_workers", int), ("tracking_uri", str))
-"""Options a command passes on to every `train` run it starts (and the MLflow store); --ppo is
-JSON, e.g. '{"learning_rate": 0.001}'."""
+                ("fragment", int), ("ppo", json.loads), ("local_workers", int), ("backend", str),
+                ("backend_options", json.loads), ("tracking_uri", str))
+"""Options a command passes on to every `train` run it starts (and the MLflow store); --ppo and
+--backend-options are JSON, e.g. '{"learning_rate": 0.001}', '{"dask_address": "tcp://host:8786"}'."""
 
 
 def add_workload_arguments(parser: argparse.ArgumentParser) -> None:

@@ -37,6 +37,7 @@ from models.scheduler_features import (
     SchedulerTrace,
     StateNormaliser,
 )
+from models.scheduler_provenance import SchedulerProvenance
 
 SHIPPED = "cartpole"  # `learned` alone, or `learned:cartpole`, means the packaged checkpoint
 MODES = ("greedy", "sample")
@@ -174,25 +175,23 @@ class LoadedScheduler(NamedTuple):
 
     agent: SchedulerAgent
     normaliser: NormaliserConfig
-    meta: dict[str, Any]
-    """Free-form JSON written with the checkpoint: how it was trained (e.g. "trained_on")."""
+    meta: SchedulerProvenance
+    """How it was trained: the workload and every training run behind it."""
 
 
 def save_scheduler(path: str | Path, agent: SchedulerAgent, *,
-                   normaliser: NormaliserConfig | None = None, meta: dict[str, Any] | None = None) -> Path:
-    """Write a scheduler checkpoint atomically: weights, optimiser, and how it was trained.
-
-    meta must be JSON-able, e.g. {"trained_on": [{"env": "CartPole-v1", "episodes": 60}]}.
-    """
+                   normaliser: NormaliserConfig | None = None, meta: SchedulerProvenance | None = None) -> Path:
+    """Write a scheduler checkpoint atomically: weights, optimiser, and how it was trained."""
     state = agent.state_dict()
     header = {"i_max": agent.i_max, "features": list(FEATURES),
               "normaliser": asdict(normaliser or NormaliserConfig()),
               "agent_config": asdict(agent.config), "scale": agent.scale_state(),
-              "updates": agent.updates, "episodes_seen": agent.episodes_seen, "meta": dict(meta or {})}
+              "updates": agent.updates, "episodes_seen": agent.episodes_seen,
+              "meta": (meta or SchedulerProvenance()).to_json()}
     try:
         header = json.loads(json.dumps(header))  # plain types only (tuples become lists)
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"scheduler checkpoint {path}: meta must be JSON-able: {exc}") from None
+        raise ConfigError(f"scheduler checkpoint {path}: its header must be JSON-able: {exc}") from None
     payload = {"format": FORMAT, "version": VERSION, "header": header,
                "policy": _tensors(state["policy"]), "value": _tensors(state["value"]),
                "optimizer": state["optimizer"]}
@@ -230,12 +229,13 @@ def load_scheduler(path: str | Path, config_overrides: dict[str, Any] | None = N
         agent.load_state_dict({"policy": payload["policy"], "value": payload["value"],
                                "optimizer": optimizer, "scale": header["scale"],
                                "updates": header["updates"], "episodes_seen": header["episodes_seen"]})
+        meta = SchedulerProvenance.from_json(header["meta"])
     except ConfigError as exc:
         raise ConfigError(f"scheduler checkpoint {path}: {exc}") from None
     except (TypeError, ValueError, KeyError, RuntimeError) as exc:
         raise ConfigError(f"{path} is not a valid scheduler checkpoint ({FORMAT} version {VERSION}): "
                           f"{type(exc).__name__}: {exc}") from None
-    return LoadedScheduler(agent, normaliser, dict(header["meta"]))
+    return LoadedScheduler(agent, normaliser, meta)
 
 
 def _check_payload(payload: Any, path: Path) -> dict[str, Any]:

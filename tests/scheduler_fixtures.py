@@ -10,6 +10,7 @@ import numpy as np
 from models.learned_scheduler import LearnedScheduler
 from models.scheduler_agent import Episode, SchedulerAgent
 from models.scheduler_features import RoundState, StateNormaliser
+from models.scheduler_provenance import SchedulerWorkload, TrainingSession
 from models.scheduler_reward import episode_rewards
 
 
@@ -94,3 +95,9 @@ def some_states(n: int = 12) -> list[RoundState]:
     return [RoundState(k, float(rng.normal()), float(rng.uniform(0, 500)), float(rng.uniform(0, .05)),
                        float(rng.uniform(.05, 1)), float(rng.uniform(.05, 1)), float(rng.uniform(0, .05)))
             for k in range(n)]
+
+
+def trained_session(env: str, episodes: int = 0) -> TrainingSession:
+    """A `trained_on` entry for a checkpoint made in a test."""
+    return TrainingSession(env=env, mlflow_run_id="test", seed=0, mode="scratch",
+                           workload=SchedulerWorkload(env=env), beta=0.1, batch_episodes=1, episodes=episodes)

@@ -27,11 +27,13 @@ def test_transfer_end_to_end_on_a_workload_the_source_never_saw(prefect_api_url,
     from flows.tracking import RunTracker
     from models.learned_scheduler import load_scheduler, save_scheduler
     from models.scheduler_agent import SchedulerAgent
+    from models.scheduler_provenance import SchedulerProvenance
+    from tests.scheduler_fixtures import trained_session
 
     # The source: a CartPole-style scheduler for i_max 4, logged in the experiment's own MLflow
     # store and named by URI while MLFLOW_TRACKING_URI points at another store.
     made = save_scheduler(tmp_path / "made" / ARTIFACT_NAME, SchedulerAgent(4, seed=7),
-                          meta={"trained_on": [{"env": "CartPole-v1", "episodes": 0}]})
+                          meta=SchedulerProvenance([trained_session("CartPole-v1")]))
     tracker = RunTracker(mlflow_uri)
     tracker.start("sources", "cartpole-source", params={})
     tracker.log_artifact(made, ARTIFACT_DIR)
@@ -50,10 +52,11 @@ def test_transfer_end_to_end_on_a_workload_the_source_never_saw(prefect_api_url,
     for label in ("finetune", "scratch"):
         assert result[label].episodes_done == 1 and result[label].updates == 1
     _, _, meta = load_scheduler(result["finetune"].checkpoint)
-    assert meta["fine_tuned_from"] == source
-    assert [e["env"] for e in meta["trained_on"]] == ["CartPole-v1", "Acrobot-v1"]
+    assert meta.fine_tuned_from == source
+    assert [(e.env, e.mode, e.episodes) for e in meta.trained_on] == [("CartPole-v1", "scratch", 0),
+                                                                     ("Acrobot-v1", "finetune", 1)]
     _, _, scratch_meta = load_scheduler(result["scratch"].checkpoint)
-    assert "fine_tuned_from" not in scratch_meta
+    assert scratch_meta.fine_tuned_from is None and [e.mode for e in scratch_meta.trained_on] == ["scratch"]
 
     client = MlflowClient(mlflow_uri)
     parent = client.get_run(result["run_id"])
@@ -96,7 +99,7 @@ def test_compare_sweeps_fixed_counts_and_judges_the_learned_scheduler_against_th
     from models.report import artifact_key
     from models.scheduler_agent import SchedulerAgent
 
-    learned = save_scheduler(tmp_path / "s.pt", SchedulerAgent(2, seed=3), meta={})
+    learned = save_scheduler(tmp_path / "s.pt", SchedulerAgent(2, seed=3))
     prices = tmp_path / "prices.toml"  # a 2-core server cluster
     prices.write_text(resources.files("models.data").joinpath("prices.toml").read_text()
                       .replace("actor_cores = 32", "actor_cores = 2"))
@@ -158,8 +161,10 @@ def test_experiments_refuse_unknown_workload_before_any_run(prefect_api_url, mlf
         compare_schedulers(seeds=[0], fragmnt=128, tracking_uri=mlflow_uri)
     with pytest.raises(ConfigError, match="vector observations"):  # IMPACT's MLP: before any run
         compare_schedulers(env="QbertNoFrameskip-v4", seeds=[0], baselines=["impact"], tracking_uri=mlflow_uri)
-    with pytest.raises(ConfigError, match="backend"):  # scheduler training takes the workload only
-        scheduler_transfer(backend="dask", tracking_uri=mlflow_uri)
+    with pytest.raises(ConfigError, match="warm_actors"):  # scheduler training takes the workload only
+        scheduler_transfer(warm_actors=2, tracking_uri=mlflow_uri)
+    with pytest.raises(ConfigError, match="dask_adress"):  # the workload is checked before any episode
+        scheduler_transfer(backend="dask", backend_options={"dask_adress": "tcp://x:8786"}, tracking_uri=mlflow_uri)
     client = MlflowClient(mlflow_uri)
     experiments = client.search_experiments()
     assert not experiments or client.search_runs([e.experiment_id for e in experiments]) == []

@@ -27,8 +27,9 @@ from models.learned_scheduler import (
 )
 from models.scheduler_agent import Episode, SchedulerAgent
 from models.scheduler_features import RoundState, StateNormaliser
+from models.scheduler_provenance import SchedulerProvenance, SchedulerWorkload, TrainingSession
 from models.schedulers import make_scheduler
-from tests.scheduler_fixtures import SyntheticRounds, some_states, train_on
+from tests.scheduler_fixtures import SyntheticRounds, some_states, train_on, trained_session
 
 # -- the scheduler, its trace and its checkpoints ------------------------------------------------
 
@@ -51,9 +52,10 @@ def test_actions_are_in_range_and_the_trace_is_json_and_pickle_friendly():
 def test_checkpoint_round_trip_gives_identical_actions(tmp_path):
     model = SyntheticRounds()
     agent = train_on(model, episodes=16, seed=3)
-    path = save_scheduler(tmp_path / "s.pt", agent, meta={"trained_on": [{"env": "synthetic", "episodes": 16}]})
+    provenance = SchedulerProvenance([trained_session("synthetic", episodes=16)], episodes_done=16, updates=2)
+    path = save_scheduler(tmp_path / "s.pt", agent, meta=provenance)
     loaded, norm_config, meta = load_scheduler(path)
-    assert meta["trained_on"][0]["episodes"] == 16
+    assert meta == provenance and meta.trained_on[0].workload.env == "synthetic"
     assert loaded.updates == agent.updates == 2
     obs = np.random.default_rng(0).uniform(-1, 1.5, size=(64, 7)).astype(np.float32)
     np.testing.assert_array_equal(agent.probabilities(obs), loaded.probabilities(obs))
@@ -175,7 +177,7 @@ def test_the_packaged_scheduler_loads():
     sched = make_scheduler("learned", 32, 60, 475.0, budget_usd=0.05)
     assert isinstance(sched, LearnedScheduler)
     _, _, meta = load_scheduler(shipped_checkpoint())
-    assert meta["trained_on"], "the packaged scheduler must say how it was trained"
+    assert meta.trained_on, "the packaged scheduler must say how it was trained"
     assert 1 <= sched.choose(RoundState(0, 0.0, math.nan, 0.0, 0.0, 0.0, 0.05)) <= 32
 
 
@@ -208,7 +210,7 @@ def test_the_packaged_scheduler_decides_as_before_its_conversion():
     obs = np.random.default_rng(0).uniform(-1, 1.5, size=(64, 7)).astype(np.float32)
     assert agent.probabilities(obs).argmax(-1).tolist() == CARTPOLE_ARGMAX
     assert (agent.i_max, agent.updates, agent.episodes_seen) == (32, 15, 60)
-    assert meta["trained_on"][0]["env"] == "CartPole-v1"
+    assert meta.trained_on[0].env == "CartPole-v1" and meta.trained_on[0].cost_weight == 0.0  # stored without it
 
 
 def test_the_packaged_checkpoint_is_plain_tensors_and_json():
@@ -274,6 +276,9 @@ def _tampered(tmp_path, change) -> str:
     (lambda p: p["header"]["agent_config"].update(beta=2.0), "beta"),
     (lambda p: p["header"]["agent_config"].update(lr=1.0), "lr"),
     (lambda p: p["header"]["normaliser"].update(bogus=1.0), "bogus"),
+    (lambda p: p["header"]["meta"].update(bogus=1.0), "bogus"),
+    (lambda p: p["header"]["meta"].update(trained_on=[{"env": "CartPole-v1"}]), "trained_on entry"),
+    (lambda p: p["header"]["meta"].update(progress={"episodes": 3}), "progress"),
     (lambda p: p["policy"].pop("0.weight"), "0.weight"),
     (lambda p: p["value"].update({"0.weight": torch.zeros(3, 3)}), "size"),
     (lambda p: p.update(policy=[1, 2]), "policy"),
@@ -282,9 +287,11 @@ def test_a_checkpoint_off_its_schema_is_refused_naming_the_file(tmp_path, change
     assert says in _tampered(tmp_path, change)
 
 
-def test_meta_must_be_json(tmp_path):
+def test_the_provenance_must_be_json(tmp_path):
+    workload = SchedulerWorkload(env="CartPole-v1", ppo={"when": object()})
+    session = TrainingSession("CartPole-v1", "run", 0, "scratch", workload, beta=0.1, batch_episodes=1)
     with pytest.raises(ConfigError, match="JSON"):
-        save_scheduler(tmp_path / "s.pt", SchedulerAgent(4, seed=0), meta={"when": object()})
+        save_scheduler(tmp_path / "s.pt", SchedulerAgent(4, seed=0), meta=SchedulerProvenance([session]))
 
 
 def test_fine_tuning_with_a_new_learning_rate_drops_the_optimiser_state(tmp_path):
@@ -323,8 +330,9 @@ def test_every_packaged_scheduler_loads_safely_and_has_its_card():
     for name in packaged_names():
         path = shipped_checkpoint(name)
         agent, _, meta = load_scheduler(path)  # weights_only, schema-checked
-        assert agent.i_max == 32 and meta["trained_on"][0]["env"] == "CartPole-v1"
+        assert agent.i_max == 32 and meta.trained_on[0].env == "CartPole-v1"
         card = path.with_suffix(".md") if name != "cartpole" else path.with_name("README.md")
         assert card.exists(), f"{name}: no card next to the checkpoint"
     agent, _, meta = load_scheduler(resolve_checkpoint("cartpole-v2"))
-    assert (agent.updates, agent.episodes_seen, meta["trained_on"][0]["episodes"]) == (25, 100, 100)
+    assert (agent.updates, agent.episodes_seen, meta.trained_on[0].episodes) == (25, 100, 100)
+    assert meta.trained_on[0].workload == SchedulerWorkload(env="CartPole-v1", i_max=32, target_return=475.0)

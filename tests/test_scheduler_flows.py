@@ -64,8 +64,8 @@ def test_train_scheduler_resume_and_train_with_it(prefect_api_url, mlflow_uri, t
             "CartPole-v1-learned-scheduler-sample-seed0"} <= names  # an episode: not its checkpoint's path
 
     _, _, meta = load_scheduler(out)
-    assert meta["progress"] == {"episodes_done": 2, "updates": 2}
-    assert meta["trained_on"][0]["env"] == "CartPole-v1" and meta["trained_on"][0]["episodes"] == 2
+    assert (meta.episodes_done, meta.updates) == (2, 2)
+    assert meta.trained_on[0].env == "CartPole-v1" and meta.trained_on[0].episodes == 2
 
     # Every episode was a `train` run with scheduler='learned:<path>:sample': its trace is the
     # actor counts the run used.
@@ -182,3 +182,29 @@ def test_scheduler_command_line(monkeypatch, argv, flow_name, expected):
     monkeypatch.setattr(scheduler_flows, "prefect_api", contextlib.nullcontext)
     assert scheduler_flows.main(argv) == 0
     assert seen == expected
+
+
+def test_scheduler_episodes_run_concurrently_on_a_shared_dask_cluster(prefect_api_url, mlflow_uri, tmp_path):
+    """Two episodes of one batch at once, their actors on one running Dask cluster (by address)."""
+    from distributed import Client, LocalCluster
+
+    from flows.scheduler_flows import train_scheduler
+    from models.learned_scheduler import load_scheduler
+
+    tiny = {k: v for k, v in TINY.items() if k != "local_workers"}
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        result = train_scheduler(episodes=2, batch_episodes=2, concurrency=2, backend="dask",
+                                 backend_options={"dask_address": cluster.scheduler_address},
+                                 tracking_uri=mlflow_uri, checkpoint_dir=str(tmp_path / "ckpt"), **tiny)
+        assert result.episodes_done == 2 and result.updates == 1
+        with Client(cluster) as dask:  # every actor of both episodes ran on this cluster
+            executed = dask.run(lambda dask_worker: dask_worker.state.executed_count)
+        assert sum(executed.values()) == sum(sum(e.actors) for e in result.episodes)
+    client = MlflowClient(mlflow_uri)
+    runs = [client.get_run(e.run_id) for e in result.episodes]
+    assert [r.data.tags["minionsrl.backend"] for r in runs] == ["dask", "dask"]
+    first, second = sorted(runs, key=lambda r: r.info.start_time)
+    assert second.info.start_time < first.info.end_time, "the batch's two episodes did not overlap"
+    _, _, meta = load_scheduler(result.checkpoint)
+    assert meta.trained_on[0].workload.backend == "dask"
+    assert meta.trained_on[0].workload.backend_options == {"dask_address": cluster.scheduler_address}

@@ -18,6 +18,7 @@ from flows.experiments.common import LEARNED, Experiment, bars, learned_spec
 from flows.scheduler_flows import WORKLOAD_KEYS, finetune_scheduler, scheduler_target, train_scheduler
 from models.config import ConfigError
 from models.experiment_stats import aggregate, row_metrics, stripped
+from models.scheduler_provenance import SchedulerWorkload
 from models.scheduler_training import SchedulerTrainingResult
 
 
@@ -44,7 +45,7 @@ def scheduler_transfer(
     Both trainings see the same workload seeds (seed + episode); J is target_return, else the
     env's preset target, else gymnasium's reward_threshold (Acrobot-v1: -100), for the training
     episodes and the evaluation alike. `workload`: the scheduler workload's other `train`
-    parameters (i_max, budget_usd, max_rounds, fragment, ppo, local_workers).
+    parameters (i_max, budget_usd, max_rounds, fragment, ppo, local_workers, backend, backend_options).
 
     Args:
         env: the target workload's gymnasium env id.
@@ -70,7 +71,7 @@ def scheduler_transfer(
     eval_seeds = [1000, 1001, 1002] if eval_seeds is None else eval_seeds
     scratch_episodes = finetune_episodes if scratch_episodes is None else scratch_episodes
     work = {**workload, "target_return": target_return}
-    work["target_return"] = scheduler_target(env, work)
+    work["target_return"] = scheduler_target(SchedulerWorkload(env=env, **work))
     with Experiment("scheduler_transfer", env, {"source": source, "finetune_episodes": finetune_episodes,
                                                 "scratch_episodes": scratch_episodes, "eval_seeds": eval_seeds},
                     work, tracking_uri, experiment, checkpoint_dir) as exp:

@@ -1,0 +1,61 @@
+"""A scheduler checkpoint's provenance: typed, round-trips through JSON, reads older entries."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from models.config import ConfigError
+from models.scheduler_provenance import SchedulerProvenance, SchedulerWorkload, TrainingSession
+
+# The trained_on entry of models/data/schedulers/cartpole-v2.pt, written before the reward's
+# cost term and the workload's backend existed.
+STORED = {"env": "CartPole-v1", "episodes": 100, "mlflow_run_id": "ef37", "seed": 0, "mode": "scratch",
+          "workload": {"env": "CartPole-v1", "i_max": 32, "target_return": 475.0, "budget_usd": None,
+                       "max_rounds": None, "fragment": None, "ppo": None, "local_workers": None},
+          "beta": 0.1, "batch_episodes": 4, "wall_s": 1480.6}
+
+
+def test_an_older_entry_reads_with_the_time_only_reward_and_the_default_backend():
+    meta = SchedulerProvenance.from_json({"trained_on": [STORED], "progress": {"episodes_done": 100, "updates": 25}})
+    (session,) = meta.trained_on
+    assert (session.cost_weight, session.workload.backend, session.workload.backend_options) == (0.0, None, None)
+    assert (meta.episodes_done, meta.updates, meta.episodes_total, meta.fine_tuned_from) == (100, 25, 100, None)
+    assert meta.session("ef37") is session and meta.session("other") is None
+
+
+def test_the_provenance_round_trips_through_json():
+    workload = SchedulerWorkload(env="Hopper-v5", i_max=16, target_return=2000.0, ppo={"learning_rate": 1e-4},
+                                 backend="dask", backend_options={"dask_address": "tcp://10.0.0.5:8786"})
+    sessions = [TrainingSession.from_json(STORED),
+                TrainingSession("Hopper-v5", "h1", 7, "finetune", workload, beta=0.05, batch_episodes=2,
+                                cost_weight=3000.0, episodes=10, wall_s=812.5)]
+    meta = SchedulerProvenance(sessions, fine_tuned_from="cartpole-v2", episodes_done=10, updates=5)
+    again = SchedulerProvenance.from_json(json.loads(json.dumps(meta.to_json())))
+    assert again == meta and again.episodes_total == 110
+
+
+def test_a_resumed_training_may_place_its_actors_elsewhere_and_learn_on_the_same_workload():
+    stored = SchedulerWorkload(env="CartPole-v1", i_max=32, target_return=475.0, fragment=512,
+                               backend="dask", backend_options={"dask_address": "tcp://old:8786"})
+    moved = stored.placed("dask", {"dask_address": "tcp://new:8786"}, None)
+    assert moved.backend_options == {"dask_address": "tcp://new:8786"}
+    assert (moved.env, moved.i_max, moved.target_return, moved.fragment) == ("CartPole-v1", 32, 475.0, 512)
+    assert stored.placed(None, None, None) == stored
+    assert moved.train_parameters()["fragment"] == 512 and "env" in moved.train_parameters()
+
+
+@pytest.mark.parametrize(("data", "says"), [
+    ({"trained_on": [{**STORED, "when": "today"}]}, "unknown key"),
+    ({"trained_on": [{k: v for k, v in STORED.items() if k != "seed"}]}, "missing ['seed']"),
+    ({"trained_on": [{**STORED, "mode": "transfer"}]}, "mode"),
+    ({"trained_on": [{**STORED, "workload": {"i_max": 4}}]}, "env"),
+    ({"trained_on": {"env": "CartPole-v1"}}, "list"),
+    ({"trained_on": [], "progress": {"done": 1}}, "progress"),
+    ([STORED], "mapping"),
+])
+def test_a_malformed_provenance_is_a_config_error(data, says):
+    with pytest.raises(ConfigError, match=None) as info:
+        SchedulerProvenance.from_json(data)
+    assert says in str(info.value)
