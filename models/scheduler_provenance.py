@@ -14,11 +14,10 @@ from typing import Any
 from models.config import ConfigError
 
 
-def _known(cls: type, data: Any, what: str) -> dict[str, Any]:
-    """data as keyword arguments of dataclass cls; unknown keys and non-mappings are errors."""
+def _known(names: set[str], data: Any, what: str) -> dict[str, Any]:
+    """data as keyword arguments with these names; unknown keys and non-mappings are errors."""
     if not isinstance(data, Mapping):
         raise ConfigError(f"{what} must be a mapping, got {type(data).__name__}")
-    names = {f.name for f in fields(cls)}
     unknown = sorted(set(data) - names)
     if unknown:
         raise ConfigError(f"{what}: unknown key(s) {unknown}; known: {sorted(names)}")
@@ -66,7 +65,7 @@ class SchedulerWorkload:
 
     @classmethod
     def from_json(cls, data: Any) -> SchedulerWorkload:
-        values = _known(cls, data, "scheduler workload")
+        values = _known({f.name for f in fields(cls)}, data, "scheduler workload")
         if not isinstance(values.get("env"), str):
             raise ConfigError("scheduler workload: env must be a gymnasium env id")
         return cls(**values)
@@ -105,7 +104,7 @@ class TrainingSession:
 
     @classmethod
     def from_json(cls, data: Any) -> TrainingSession:
-        values = _known(cls, data, "trained_on entry")
+        values = _known({f.name for f in fields(cls)}, data, "trained_on entry")
         missing = sorted(f.name for f in fields(cls) if f.default is MISSING and f.name not in values)
         if missing:
             raise ConfigError(f"trained_on entry: missing {missing}")
@@ -139,7 +138,7 @@ class SchedulerProvenance:
 
     @classmethod
     def from_json(cls, data: Any) -> SchedulerProvenance:
-        values = _known(_ProvenanceJson, data, "scheduler provenance")
+        values = _known({"trained_on", "progress", "fine_tuned_from"}, data, "scheduler provenance")
         progress = values.get("progress") or {}
         if not isinstance(progress, Mapping) or not set(progress) <= {"episodes_done", "updates"}:
             raise ConfigError(f"scheduler provenance: progress must hold episodes_done and updates, got {progress!r}")
@@ -150,11 +149,3 @@ class SchedulerProvenance:
                    fine_tuned_from=values.get("fine_tuned_from"),
                    episodes_done=int(progress.get("episodes_done", 0)), updates=int(progress.get("updates", 0)))
 
-
-@dataclass(frozen=True)
-class _ProvenanceJson:
-    """The keys of SchedulerProvenance.to_json (for checking what a checkpoint holds)."""
-
-    trained_on: list
-    progress: dict
-    fine_tuned_from: str | None = None
