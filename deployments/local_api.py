@@ -196,6 +196,9 @@ def _temporary_server(port: int, api_url: str, env: dict[str, str], timeout_s: f
             if time.monotonic() > deadline:
                 raise RuntimeError(f"temporary Prefect API not up after {timeout_s:.0f} s")
             time.sleep(0.2)
+        # Every Prefect client's first call asks the API's version; the server's first answer to
+        # it took 320-360 ms here (later ones ~2 ms): part of its start, so paid here.
+        urllib.request.urlopen(f"{api_url}/admin/version", timeout=30).close()
         drain_prefect_workers()  # events and logs queued so far belong to the API before this one
         os.environ["PREFECT_API_URL"] = api_url
         from prefect.settings import (

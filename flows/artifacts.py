@@ -40,6 +40,7 @@ from models.report import (
 )
 from models.scheduler_training import SchedulerEpisodeRecord
 from models.session import RunSummary, TrainingSession
+from tasks.worker_processes import run_aside
 
 
 def mlflow_links(tracker: RunTracker, model=None) -> MlflowLinks:
@@ -138,6 +139,8 @@ class RunArtifacts:
         self.publisher = ArtifactPublisher(session.run_id, logger)
         self.keys = {kind: self.publisher.key(kind) for kind in ("progress", "rounds", "summary")}
         self._table_rounds = 0
+        self._plots: Future[list[Path]] | None = None
+        self._plots_dir: tempfile.TemporaryDirectory | None = None
         self._publish_progress()
 
     @property
@@ -192,16 +195,26 @@ class RunArtifacts:
         finally:
             self.close()
 
+    def start_plots(self) -> None:
+        """Render the plots of the rounds so far in another process, while this one logs the
+        model (both are CPU-bound: ~0.3 s each here); log_plots logs them."""
+        cfg = self.session.cfg
+        self._plots_dir = tempfile.TemporaryDirectory()
+        self._plots = run_aside(plot_rounds, list(self.session.progress.history), self._plots_dir.name,
+                                title=cfg.env_id, target_return=cfg.target_return)
+
     def log_plots(self) -> None:
         """PNGs of return, actors and cost per round, as MLflow artifacts under plots/."""
+        if self._plots is None:
+            self.start_plots()
         try:
-            with tempfile.TemporaryDirectory() as tmp:
-                cfg = self.session.cfg
-                for path in plot_rounds(self.session.progress.history, tmp, title=cfg.env_id,
-                                        target_return=cfg.target_return):
-                    self.tracker.log_artifact(path, "plots")
+            for path in self._plots.result():
+                self.tracker.log_artifact(path, "plots")
         except Exception as exc:
             self.publisher.warn("plots", f"plots not logged to MLflow: {type(exc).__name__}: {exc}")
+        finally:
+            self._plots_dir.cleanup()
+            self._plots, self._plots_dir = None, None
 
     def close(self) -> None:
         """Wait for the Prefect calls still queued."""

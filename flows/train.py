@@ -35,7 +35,7 @@ from flows import heartbeats, tls_context  # noqa: E402
 from flows.artifacts import RunArtifacts  # noqa: E402
 from flows.cli import flow_arguments, given_arguments, quiet_console  # noqa: E402
 from flows.lean_subflow import lean_start  # noqa: E402
-from flows.round_task_runner import SharedThreadPoolTaskRunner  # noqa: E402
+from flows.round_task_runner import SharedThreadPoolTaskRunner, results_of  # noqa: E402
 from flows.tracking import RunTracker, default_tracking_uri, project_root  # noqa: E402
 from models.checkpoint import RunCheckpoint, load_run_checkpoint  # noqa: E402
 from models.config import SYSTEM_CLUSTER, ConfigError, RunConfig  # noqa: E402
@@ -112,8 +112,8 @@ def round_flow(session: TrainingSession, backend: ActorBackend, journal: RoundJo
     def train_round(round_index: int, actors: int):
         body_started = time.perf_counter()
         jobs = session.jobs(actors, session.learner.weights())
-        results = rollout.map(unmapped(backend), jobs, timeout_s=unmapped(cfg.actor_timeout_s),
-                              retries=unmapped(cfg.actor_retries), journal=unmapped(journal)).result()
+        results = results_of(rollout.map(unmapped(backend), jobs, timeout_s=unmapped(cfg.actor_timeout_s),
+                                         retries=unmapped(cfg.actor_retries), journal=unmapped(journal)))
         batches = [r for r in results if isinstance(r, RolloutBatch)]
         failures = [r for r in results if isinstance(r, ActorFailure)]
         needed = math.ceil(cfg.quorum * actors)
@@ -277,6 +277,8 @@ def train(
         rounds_started_at = time.time()
         run_rounds(session, actor_backend, tracker, ckpt_path, journal, logger, on_round=artifacts.round_done)
         rounds_finished_at = time.time()
+        if cfg.log_model:
+            artifacts.start_plots()
         final = session.save_policy(ckpt_path.with_name("final_policy.pt"))
         tracker.log_artifact(final, "policy")
         model = artifacts.log_model(final, cfg.register_model) if cfg.log_model else None
@@ -480,17 +482,27 @@ def warm_up() -> None:
     """One-off work the first training would otherwise pay for, done while the temporary API
     starts: MLflow's SQL store and torch's optimiser machinery (~1.4 s each measured here), the
     actors' preloaded fork server (~3 s, tasks/worker_processes.py), and what the first
-    shut-down imports (MLflow's pyfunc model, matplotlib for the plots)."""
-    import matplotlib
-    import torch
-    from mlflow.store.tracking import sqlalchemy_store  # noqa: F401
+    shut-down imports and loads (MLflow's pyfunc model and its map of installed packages, ~0.5 s;
+    matplotlib's Agg backend and font for the plots), and the Prefect clients' TLS context."""
+    import io
 
+    import torch
+    from matplotlib.figure import Figure
+    from mlflow.store.tracking import sqlalchemy_store  # noqa: F401
+    from mlflow.utils import requirements_utils
+
+    from flows.tls_context import context_for_current_settings
     from tasks.worker_processes import start_worker_server
 
     start_worker_server()
     torch.optim.Adam([torch.zeros(1, requires_grad=True)])
-    matplotlib.use("Agg")  # as models/report.py: files only
-    import matplotlib.pyplot  # noqa: F401
+    figure = Figure(figsize=(1, 1))
+    figure.subplots().set_title("warm-up")
+    figure.savefig(io.BytesIO(), format="png")
+    context_for_current_settings()
+    # what logging a model checks its pip requirements against: every installed distribution's
+    # files, scanned once per process (MLflow caches it); private, so only where it exists
+    getattr(requirements_utils, "_init_packages_to_modules_map", lambda: None)()
 
     import flows.policy_model  # noqa: F401
 

@@ -208,13 +208,14 @@ PLOTS = (("return", "mean episode return R_k"), ("actors", "actors I_k"), ("cost
 def plot_rounds(history: Sequence[RoundRecord], out_dir: str | Path, title: str = "",
                 target_return: float | None = None) -> list[Path]:
     """PNG plots of return, actors and cost per round into out_dir: [return.png, actors.png,
-    cost.png] (the return plot marks J). Nothing is drawn for a run without rounds."""
+    cost.png] (the return plot marks J). Nothing is drawn for a run without rounds.
+
+    Drawn on matplotlib's Figure, not pyplot: no global figure state to share with a caller's
+    own figures."""
     if not history:
         return []
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only: no display
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -223,27 +224,26 @@ def plot_rounds(history: Sequence[RoundRecord], out_dir: str | Path, title: str 
               "cost": [r.cost_usd for r in history]}
     paths = []
     for name, label in PLOTS:
-        fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
-        try:
-            if name == "actors":
-                ax.step(rounds, series[name], where="mid")
-            elif name == "cost":
-                ax.bar(rounds, series[name])
-            else:
-                ax.plot(rounds, series[name], marker=".")
-                if target_return is not None and math.isfinite(target_return):
-                    ax.axhline(target_return, linestyle="--", color="grey", label=f"J = {target_return:g}")
-                    ax.legend(loc="lower right")
-            ax.set_xlabel("round k")
-            ax.set_ylabel(label)
-            ax.set_title(f"{title}: {label}" if title else label, fontsize=10)
-            ax.grid(alpha=0.3)
-            fig.tight_layout()
-            path = out / f"{name}.png"
-            fig.savefig(path)
-            paths.append(path)
-        finally:
-            plt.close(fig)
+        fig = Figure(figsize=(6, 3.5), dpi=100)
+        ax = fig.subplots()
+        if name == "actors":
+            ax.step(rounds, series[name], where="mid")
+        elif name == "cost":
+            ax.bar(rounds, series[name])
+        else:
+            ax.plot(rounds, series[name], marker=".")
+            if target_return is not None and math.isfinite(target_return):
+                ax.axhline(target_return, linestyle="--", color="grey", label=f"J = {target_return:g}")
+                ax.legend(loc="lower right")
+        ax.set_xlabel("round k")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # rounds, not 0.5 of one
+        ax.set_ylabel(label)
+        ax.set_title(f"{title}: {label}" if title else label, fontsize=10)
+        ax.grid(alpha=0.3)
+        fig.subplots_adjust(left=0.15, right=0.97, bottom=0.14, top=0.91)  # tight_layout: +60% time
+        path = out / f"{name}.png"
+        fig.savefig(path)
+        paths.append(path)
     return paths
 
 

@@ -17,10 +17,14 @@ from __future__ import annotations
 import multiprocessing
 import sys
 import types
+from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor
 from multiprocessing.context import BaseContext
 
 # What every actor process needs before its first job, imported once in the fork server.
-PRELOAD = ("torch", "gymnasium", "models.rollout", "models.envs", "models.policy", "tasks.local_pool")
+PRELOAD = ("torch", "gymnasium", "models.rollout", "models.envs", "models.policy", "tasks.local_pool",
+           # and what a run's plots need (run_aside: rendered while the model is logged)
+           "matplotlib.figure", "matplotlib.backends.backend_agg", "models.report")
 
 
 def main_imports() -> list[str]:
@@ -63,3 +67,22 @@ def start_worker_server() -> None:
         from multiprocessing import forkserver
 
         forkserver.ensure_running()
+
+
+def run_aside(fn: Callable, *args, **kwargs) -> Future:
+    """fn(*args, **kwargs) in a new process forked from the fork server, so that CPU-bound work
+    (a run's plots) runs on another core beside this process's GIL-bound work; a Future of its
+    result. Where there is no fork server (a spawn would re-import everything), it runs here
+    before this returns."""
+    ctx = worker_context()
+    if ctx.get_start_method() != "forkserver":
+        done: Future = Future()
+        try:
+            done.set_result(fn(*args, **kwargs))
+        except Exception as exc:
+            done.set_exception(exc)
+        return done
+    pool = ProcessPoolExecutor(1, mp_context=ctx)
+    future = pool.submit(fn, *args, **kwargs)
+    pool.shutdown(wait=False)  # its process exits after this job
+    return future

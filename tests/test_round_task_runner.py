@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from flows.round_task_runner import SharedThreadPoolTaskRunner
+from flows.round_task_runner import SharedThreadPoolTaskRunner, results_of
 from tests.prefect_reads import task_runs_eventually
 
 
@@ -28,7 +28,10 @@ def test_flow_runs_share_the_threads_and_keep_their_task_runs_and_failures(prefe
     @flow(persist_result=False, task_runner=runner)
     def squares(xs: list[int]) -> list[tuple[int, int]]:
         flow_runs.append(get_run_context().flow_run.id)
-        return square.map(xs).result()
+        futures = square.map(xs)
+        results = results_of(futures)  # raises the first failure, as futures.result() does
+        assert results == futures.result()
+        return results
 
     try:
         first, second = squares([1, 2, 3, 4]), squares([5, 6, 7, 8])

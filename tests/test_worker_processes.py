@@ -64,3 +64,16 @@ def test_each_pool_gets_fresh_processes_that_see_the_parents_current_environment
         assert batch.timings.worker_pid != os.getpid()
     finally:
         second.close()
+
+
+def test_run_aside_runs_in_another_process_and_returns_its_result_or_its_error(tmp_path):
+    from models.report import plot_rounds
+    from tasks.worker_processes import run_aside
+    from tests.test_report import HISTORY
+
+    assert run_aside(os.getpid).result(timeout=60) != os.getpid()
+    paths = run_aside(plot_rounds, list(HISTORY), tmp_path, title="CartPole-v1").result(timeout=60)
+    assert [p.name for p in paths] == ["return.png", "actors.png", "cost.png"]
+    assert all(p.read_bytes().startswith(b"\x89PNG") for p in paths)
+    with pytest.raises(ValueError, match="invalid literal"):
+        run_aside(int, "not a number").result(timeout=60)
