@@ -10,6 +10,13 @@ RL-Zoo CartPole-v1 hyperparameters. Both use one torch thread.
 While the temporary API starts (not counted), both sides' one-off imports are done, as
 `python -m flows.train` does for ours (flows/train.py warm_up: MLflow's store, torch's
 optimiser, the actors' fork server).
+
+Ours runs in two layouts of the same 8 env streams x 512 steps per round (`--layouts`):
+`preset`, the CartPole preset's Fixed(8) x 512 with one env per actor (on this machine's 2
+worker processes: 4 waves of 2 actors), and `packed`, Fixed(2) x 2048 with 4 envs per actor
+(one wave; SB3 steps its 8 envs in one process). Same PPO settings, same samples per round;
+only the actors' count and size differ. The layouts take turns going first after each seed's
+SB3 run (the process's first training pays one-off costs).
 """
 
 from __future__ import annotations
@@ -64,14 +71,19 @@ def sb3_time_to_target(seed: int, target: float = 475.0, window_steps: int = 409
             "env_steps": callback.reached_at or model.num_timesteps}
 
 
-def ours_time_to_target(seed: int, tracking_uri: str) -> dict:
+# the same 8 env streams of 512 steps per round, laid out as actors two ways (module docstring)
+LAYOUTS = {"preset": {"scheduler": "fixed:8"},
+           "packed": {"scheduler": "fixed:2", "fragment": 2048, "envs_per_actor": 4}}
+
+
+def ours_time_to_target(seed: int, tracking_uri: str, layout: str = "preset") -> dict:
     from flows.train import train
 
     called_at = time.time()
-    summary = train(env="CartPole-v1", scheduler="fixed:8", seed=seed, tracking_uri=tracking_uri,
-                    experiment="benchmark/cartpole-vs-sb3")
+    summary = train(env="CartPole-v1", seed=seed, tracking_uri=tracking_uri,
+                    experiment="benchmark/cartpole-vs-sb3", **LAYOUTS[layout])
     returned_at = time.time()
-    return {"seed": seed, "wall_s": returned_at - called_at,
+    return {"seed": seed, "layout": layout, "wall_s": returned_at - called_at,
             "reached": summary.target_reached, "env_steps": summary.env_steps,
             "rounds": summary.rounds, "sum_round_s": summary.time_to_stop_s,
             "round_wall_s": summary.wall_time_s,
@@ -84,6 +96,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--tracking-uri", default=None)
+    parser.add_argument("--layouts", nargs="+", choices=sorted(LAYOUTS), default=["preset", "packed"],
+                        help="how ours lays out a round's 8 env streams as actors (module docstring)")
     args = parser.parse_args()
     from deployments.local_api import prefect_api
     from flows.tracking import default_tracking_uri
@@ -91,7 +105,8 @@ def main() -> None:
 
     tracking_uri = args.tracking_uri or default_tracking_uri()
     t0 = time.perf_counter()
-    ours, sb3 = [], []
+    ours: dict[str, list[dict]] = {layout: [] for layout in args.layouts}
+    sb3: list[dict] = []
 
     def while_starting() -> None:  # as `python -m flows.train` does; SB3's imports likewise
         warm_up()
@@ -102,19 +117,21 @@ def main() -> None:
         for seed in args.seeds:
             sb3.append(sb3_time_to_target(seed))
             print("sb3 ", sb3[-1], flush=True)
-            ours.append(ours_time_to_target(seed, tracking_uri))
-            print("ours", ours[-1], flush=True)
-    med_ours = statistics.median(r["wall_s"] for r in ours)
+            turn = args.layouts if len(sb3) % 2 else args.layouts[::-1]
+            for layout in turn:
+                ours[layout].append(ours_time_to_target(seed, tracking_uri, layout))
+                print("ours", ours[layout][-1], flush=True)
     med_sb3 = statistics.median(r["wall_s"] for r in sb3)
-    print(f"\nmedian wall to 475: ours {med_ours:.1f} s, SB3 {med_sb3:.1f} s, "
-          f"ratio {med_ours / med_sb3:.2f} (issue 15: goal <= 0.5)")
-    print(f"reached: ours {sum(r['reached'] for r in ours)}/{len(ours)}, "
-          f"SB3 {sum(r['reached'] for r in sb3)}/{len(sb3)}")
-    print(f"median env steps: ours {statistics.median(r['env_steps'] for r in ours):.0f}, "
-          f"SB3 {statistics.median(r['env_steps'] for r in sb3):.0f}")
-    print(f"ours, median start-up (call to first round) {statistics.median(r['startup_s'] for r in ours):.2f} s, "
-          f"shut-down (last round to return) {statistics.median(r['shutdown_s'] for r in ours):.2f} s "
-          f"(goal: each under 1.5 s)")
+    print(f"\nSB3: median wall to 475 {med_sb3:.1f} s, reached {sum(r['reached'] for r in sb3)}/{len(sb3)}, "
+          f"median env steps {statistics.median(r['env_steps'] for r in sb3):.0f}")
+    for layout, runs in ours.items():
+        med = statistics.median(r["wall_s"] for r in runs)
+        print(f"ours ({layout}, {LAYOUTS[layout]}): median wall to 475 {med:.1f} s, ratio to SB3 "
+              f"{med / med_sb3:.2f} (issue 15: goal <= 0.5), reached {sum(r['reached'] for r in runs)}/{len(runs)}, "
+              f"median env steps {statistics.median(r['env_steps'] for r in runs):.0f}, median start-up "
+              f"(call to first round) {statistics.median(r['startup_s'] for r in runs):.2f} s, shut-down "
+              f"(last round to return) {statistics.median(r['shutdown_s'] for r in runs):.2f} s "
+              "(goal: each under 1.5 s)")
 
 
 if __name__ == "__main__":
