@@ -9,7 +9,8 @@ RL-Zoo CartPole-v1 hyperparameters. Both use one torch thread.
 
 While the temporary API starts (not counted), both sides' one-off imports are done, as
 `python -m flows.train` does for ours (flows/train.py warm_up: MLflow's store, torch's
-optimiser, the actors' fork server).
+optimiser, the actors' fork server); the console, too, is the CLI's (task runs' INFO lines go
+only to the API: printing them from 8 threads at once cost ~20-40 ms a round).
 
 Ours runs in two layouts of the same 8 env streams x 512 steps per round (`--layouts`):
 `preset`, the CartPole preset's Fixed(8) x 512 with one env per actor (on this machine's 2
@@ -100,8 +101,11 @@ def main() -> None:
                         help="how ours lays out a round's 8 env streams as actors (module docstring)")
     args = parser.parse_args()
     from deployments.local_api import prefect_api
+    from flows.cli import quiet_console
     from flows.tracking import default_tracking_uri
     from flows.train import warm_up
+
+    quiet_console()  # the console as `python -m flows.train` has it (round chatter goes only to the API)
 
     tracking_uri = args.tracking_uri or default_tracking_uri()
     t0 = time.perf_counter()

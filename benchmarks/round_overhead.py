@@ -94,8 +94,10 @@ def main() -> None:
         rows = interleaved(args)
     else:
         from deployments.local_api import prefect_api
+        from flows.cli import quiet_console
         from flows.tracking import default_tracking_uri
 
+        quiet_console()  # the console as `python -m flows.train` has it (round chatter goes only to the API)
         uri = default_tracking_uri()
         with prefect_api(database=args.database[0]):
             rows = [measure(n, args.rounds, args.fragment, uri) | {"database": args.database[0]}
