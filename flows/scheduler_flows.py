@@ -126,6 +126,7 @@ def train_scheduler(
     learning_rate: float | None = None,
     agent: dict[str, Any] | None = None,
     i_max: int = 32,
+    preset: str | None = None,
     target_return: float | None = None,
     budget_usd: float | None = None,
     max_rounds: int | None = None,
@@ -158,6 +159,9 @@ def train_scheduler(
         learning_rate: the scheduler's Adam step size (default 1e-3, or the checkpoint's).
         agent: other scheduler PPO settings (models/scheduler_agent.py AgentConfig).
         i_max: the workload's largest actor count I_max (the scheduler's action space).
+        preset: a variant of the env's preset for the workload's unset parameters, e.g.
+            locomotion (Hopper-v5, HalfCheetah-v5: a J that needs forward motion); default the
+            env's own preset.
         target_return: the workload's J; default the env's preset, else gymnasium's reward_threshold.
         budget_usd: the workload's budget B per episode; default the env's preset.
         max_rounds: the workload's round limit K per episode; default the env's preset.
@@ -183,9 +187,9 @@ def train_scheduler(
     overrides["cost_weight"] = cost_weight
     if learning_rate is not None:
         overrides["learning_rate"] = learning_rate
-    workload = SchedulerWorkload(env=env, i_max=i_max, target_return=target_return, budget_usd=budget_usd,
-                                 max_rounds=max_rounds, fragment=fragment, ppo=ppo, local_workers=local_workers,
-                                 backend=backend, backend_options=backend_options)
+    workload = SchedulerWorkload(env=env, i_max=i_max, preset=preset, target_return=target_return,
+                                 budget_usd=budget_usd, max_rounds=max_rounds, fragment=fragment, ppo=ppo,
+                                 local_workers=local_workers, backend=backend, backend_options=backend_options)
     workload = workload.with_target(scheduler_target(workload))
     if workload.target_return != target_return:
         logger.info("%s: J = %s (the preset's, else gymnasium's reward_threshold)", env, workload.target_return)
@@ -309,8 +313,9 @@ def finetune_scheduler(
         episodes: fine-tuning episodes (the paper: about 10).
         batch_episodes: episodes per PPO update of the scheduler.
         options: any other train-scheduler parameter (output, beta, learning_rate, agent,
-            i_max, target_return, budget_usd, max_rounds, fragment, ppo, local_workers, backend,
-            backend_options, seed, tracking_uri, experiment, checkpoint_dir), validated by that flow.
+            i_max, preset, target_return, budget_usd, max_rounds, fragment, ppo, local_workers,
+            backend, backend_options, seed, tracking_uri, experiment, checkpoint_dir), validated by
+            that flow.
     """
     return train_scheduler(env=env, episodes=episodes, batch_episodes=batch_episodes, init_from=source,
                            **options)
@@ -318,7 +323,7 @@ def finetune_scheduler(
 
 # -- the command line (flows/experiments/cli.py shares the workload options) -----------------------
 
-CLI_WORKLOAD = (("i_max", int), ("target_return", float), ("budget_usd", float), ("max_rounds", int),
+CLI_WORKLOAD = (("i_max", int), ("preset", str), ("target_return", float), ("budget_usd", float), ("max_rounds", int),
                 ("fragment", int), ("ppo", json.loads), ("local_workers", int), ("backend", str),
                 ("backend_options", json.loads), ("tracking_uri", str))
 """Options a command passes on to every `train` run it starts (and the MLflow store); --ppo and

@@ -32,6 +32,9 @@ class SchedulerWorkload:
     env: str
     i_max: int = 32
     """The scheduler's action space: 1..i_max actors."""
+    preset: str | None = None
+    """A variant of the env's preset the unset parameters come from (e.g. locomotion for
+    Hopper-v5: J 2000, episodes carried across rounds); None: the env's own preset."""
     target_return: float | None = None
     """J; a training resolves it (preset, else gymnasium's reward_threshold) before it starts."""
     budget_usd: float | None = None

@@ -21,12 +21,13 @@ def test_an_older_entry_reads_with_the_time_only_reward_and_the_default_backend(
     meta = SchedulerProvenance.from_json({"trained_on": [STORED], "progress": {"episodes_done": 100, "updates": 25}})
     (session,) = meta.trained_on
     assert (session.cost_weight, session.workload.backend, session.workload.backend_options) == (0.0, None, None)
+    assert session.workload.preset is None  # the env's own preset, as it was trained
     assert (meta.episodes_done, meta.updates, meta.episodes_total, meta.fine_tuned_from) == (100, 25, 100, None)
     assert meta.session("ef37") is session and meta.session("other") is None
 
 
 def test_the_provenance_round_trips_through_json():
-    workload = SchedulerWorkload(env="Hopper-v5", i_max=16, target_return=2000.0, ppo={"learning_rate": 1e-4},
+    workload = SchedulerWorkload(env="Hopper-v5", i_max=16, preset="locomotion", ppo={"learning_rate": 1e-4},
                                  backend="dask", backend_options={"dask_address": "tcp://10.0.0.5:8786"})
     sessions = [TrainingSession.from_json(STORED),
                 TrainingSession("Hopper-v5", "h1", 7, "finetune", workload, beta=0.05, batch_episodes=2,
@@ -34,6 +35,16 @@ def test_the_provenance_round_trips_through_json():
     meta = SchedulerProvenance(sessions, fine_tuned_from="cartpole-v2", episodes_done=10, updates=5)
     again = SchedulerProvenance.from_json(json.loads(json.dumps(meta.to_json())))
     assert again == meta and again.episodes_total == 110
+    assert again.trained_on[1].workload.train_parameters()["preset"] == "locomotion"
+
+
+def test_a_preset_variant_sets_the_workloads_target():
+    from flows.scheduler_flows import scheduler_target
+
+    assert scheduler_target(SchedulerWorkload(env="Hopper-v5")) == 600.0  # the paper's J
+    assert scheduler_target(SchedulerWorkload(env="Hopper-v5", preset="locomotion")) == 2000.0
+    with pytest.raises(ConfigError, match="preset"):
+        scheduler_target(SchedulerWorkload(env="Hopper-v5", preset="no-such-variant"))
 
 
 def test_a_resumed_training_may_place_its_actors_elsewhere_and_learn_on_the_same_workload():
