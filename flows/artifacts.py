@@ -200,8 +200,12 @@ class RunArtifacts:
         model (both are CPU-bound: ~0.3 s each here); log_plots logs them."""
         cfg = self.session.cfg
         self._plots_dir = tempfile.TemporaryDirectory()
-        self._plots = run_aside(plot_rounds, list(self.session.progress.history), self._plots_dir.name,
-                                title=cfg.env_id, target_return=cfg.target_return)
+        try:
+            self._plots = run_aside(plot_rounds, list(self.session.progress.history), self._plots_dir.name,
+                                    title=cfg.env_id, target_return=cfg.target_return)
+        except Exception as exc:  # no process to draw in: log_plots warns, training goes on
+            self._plots = Future()
+            self._plots.set_exception(exc)
 
     def log_plots(self) -> None:
         """PNGs of return, actors and cost per round, as MLflow artifacts under plots/."""

@@ -103,6 +103,25 @@ def test_an_artifact_that_cannot_be_published_never_fails_training(monkeypatch, 
     assert calls.count("progress") == 5 and calls.count("rounds") == 3  # rounds 2 and 4, and at the failure
 
 
+def test_plots_that_cannot_be_drawn_are_a_warning_and_the_run_goes_on(monkeypatch, caplog):
+    import flows.artifacts
+    from flows.artifacts import RunArtifacts
+
+    def no_process(*args, **kwargs):
+        raise OSError("no process can be started")
+
+    monkeypatch.setattr(flows.artifacts, "run_aside", no_process)
+    session, tracker = fake_session(3), FakeTracker()
+    logger = logging.getLogger("test-artifacts-plots")
+    with caplog.at_level(logging.WARNING, logger="test-artifacts-plots"):
+        artifacts = RunArtifacts(session, tracker, logger)
+        artifacts.start_plots()  # as `train` does when its rounds end
+        artifacts.log_plots()
+    assert tracker.logged == []
+    assert any("plots not logged to MLflow: OSError: no process can be started" in r.getMessage()
+               for r in caplog.records)
+
+
 @pytest.mark.e2e
 def test_scheduler_training_artifacts(prefect_api_url, caplog):
     from prefect import flow, get_client
