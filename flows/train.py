@@ -482,12 +482,10 @@ def warm_up() -> None:
     """One-off work the first training would otherwise pay for, done while the temporary API
     starts: MLflow's SQL store and torch's optimiser machinery (~1.4 s each measured here), the
     actors' preloaded fork server (~3 s, tasks/worker_processes.py), and what the first
-    shut-down imports and loads (MLflow's pyfunc model and its map of installed packages, ~0.5 s;
-    matplotlib's Agg backend and font for the plots), and the Prefect clients' TLS context."""
-    import io
-
+    shut-down imports and loads (MLflow's pyfunc model and its map of installed packages, ~0.5 s),
+    and the Prefect clients' TLS context. (The plots are drawn in the fork server's children,
+    which preload matplotlib: tasks/worker_processes.py.)"""
     import torch
-    from matplotlib.figure import Figure
     from mlflow.store.tracking import sqlalchemy_store  # noqa: F401
     from mlflow.utils import requirements_utils
 
@@ -496,9 +494,6 @@ def warm_up() -> None:
 
     start_worker_server()
     torch.optim.Adam([torch.zeros(1, requires_grad=True)])
-    figure = Figure(figsize=(1, 1))
-    figure.subplots().set_title("warm-up")
-    figure.savefig(io.BytesIO(), format="png")
     context_for_current_settings()
     # what logging a model checks its pip requirements against: every installed distribution's
     # files, scanned once per process (MLflow caches it); private, so only where it exists

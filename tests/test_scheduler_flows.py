@@ -159,11 +159,11 @@ def test_scheduler_training_falls_back_to_gymnasiums_threshold(env, expected):
      {"resume_run_id": None, "concurrency": 1, "output": None, "beta": 0.1, "cost_weight": 0.0,
       "learning_rate": None, "seed": 0, "experiment": None}),
     (["finetune", "--source", "runs:/abc/scheduler/scheduler.pt", "--env", "Acrobot-v1", "--episodes", "3",
-      "--i-max", "8", "--target-return", "-100", "--tracking-uri", "sqlite:///x.db", "--concurrency", "2",
+      "--i-max", "8", "--preset", "locomotion", "--target-return", "-100", "--tracking-uri", "sqlite:///x.db", "--concurrency", "2",
       "--backend", "dask", "--backend-options", '{"dask_address": "tcp://10.0.0.5:8786"}'], "finetune_scheduler",
      {"source": "runs:/abc/scheduler/scheduler.pt", "concurrency": 2, "output": None, "beta": 0.1, "cost_weight": 0.0,
       "learning_rate": None, "seed": 0, "experiment": None, "env": "Acrobot-v1", "episodes": 3, "i_max": 8,
-      "target_return": -100.0, "tracking_uri": "sqlite:///x.db", "backend": "dask",
+      "preset": "locomotion", "target_return": -100.0, "tracking_uri": "sqlite:///x.db", "backend": "dask",
       "backend_options": {"dask_address": "tcp://10.0.0.5:8786"}}),
 ])
 def test_scheduler_command_line(monkeypatch, argv, flow_name, expected):
