@@ -170,6 +170,69 @@ def test_experiments_refuse_unknown_workload_before_any_run(prefect_api_url, mlf
     assert not experiments or client.search_runs([e.experiment_id for e in experiments]) == []
 
 
+def test_a_resumed_compare_keeps_its_finished_runs_and_runs_only_the_rest(prefect_api_url, mlflow_uri, tmp_path,
+                                                                           monkeypatch):
+    """The experiment's process dies at its third run (a run of a second learned scheduler is
+    in flight in MLflow); resumed with its parent run's id, it runs only what was left."""
+    from importlib import resources
+
+    from flows.experiments import common, compare_schedulers
+    from models.learned_scheduler import save_scheduler
+    from models.scheduler_agent import SchedulerAgent
+
+    learned = save_scheduler(tmp_path / "s.pt", SchedulerAgent(2, seed=3))
+    prices = tmp_path / "prices.toml"  # a 2-core server cluster
+    prices.write_text(resources.files("models.data").joinpath("prices.toml").read_text()
+                      .replace("actor_cores = 32", "actor_cores = 2"))
+    args = dict(seeds=[0], learned=str(learned), more_learned={"again": str(learned)}, baselines=[], sweep=[1],
+                target_return=15.0, tracking_uri=mlflow_uri, prices_file=str(prices),
+                checkpoint_dir=str(tmp_path / "ckpt"), **{**TINY, "i_max": 2})
+    real_train, ran = common.train, []
+    client = MlflowClient(mlflow_uri)
+
+    def dies_at_third_run(**kwargs):
+        if len(ran) == 2:  # the process "dies" with a nested run of this one still RUNNING
+            parent = client.get_run(kwargs["parent_run_id"])
+            client.create_run(parent.info.experiment_id, tags={"mlflow.parentRunId": kwargs["parent_run_id"]})
+            raise RuntimeError("the process died")
+        ran.append(kwargs["scheduler"])
+        return real_train(**kwargs)
+
+    monkeypatch.setattr(common, "train", dies_at_third_run)
+    with pytest.raises(RuntimeError, match="the process died"):
+        compare_schedulers(**args)
+    assert ran == [f"learned:{learned}", f"learned:{learned}"]  # learned, then "again"
+    (parent,) = [r for r in client.search_runs([e.experiment_id for e in client.search_experiments()])
+                 if r.data.tags.get("minionsrl.experiment") == "compare_schedulers"]
+    parent_id = parent.info.run_id
+    assert parent.info.status == "FAILED"
+    first = {r.info.run_id for r in client.search_runs(
+        [parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent_id}' and "
+                                                   "attributes.status = 'FINISHED'")}
+
+    # other parameters, or another experiment's run: refused before any run
+    with pytest.raises(ConfigError, match="sweep"):
+        compare_schedulers(**{**args, "sweep": [2]}, resume_run_id=parent_id)
+    with pytest.raises(ConfigError, match="not a motivation experiment"):
+        from flows.experiments import motivation
+        motivation(seeds=[0], resume_run_id=parent_id, tracking_uri=mlflow_uri)
+    assert len(ran) == 2
+
+    ran.clear()
+    monkeypatch.setattr(common, "train", lambda **kw: ran.append(kw["scheduler"]) or real_train(**kw))
+    result = compare_schedulers(**args, resume_run_id=parent_id)
+    assert result["run_id"] == parent_id and ran == ["fixed:1", "fixed:2"]  # the sweep's, then the cluster
+    kept = result["runs"]
+    assert {kept["learned"][0].run_id, kept["again"][0].run_id} == first  # the same runs, not rerun
+    assert {r["scheduler"] for r in result["rows"]} >= {"learned", "again", "fixed:1", "server cluster"}
+    assert "again: cost <= 0.56 x Max" not in result["checks"]  # no Max row in this compare
+    assert any(k.startswith("again: ") for k in result["checks"])  # judged against the best fixed count
+    assert client.get_run(parent_id).info.status == "FINISHED"
+    stale = client.search_runs([parent.info.experiment_id],
+                               filter_string=f"tags.mlflow.parentRunId = '{parent_id}' and attributes.status = 'FAILED'")
+    assert [r.data.tags["minionsrl.failure"].startswith("the experiment's process stopped during") for r in stale] == [True]
+
+
 @pytest.mark.parametrize(("argv", "expected"), [
     (["transfer"], {"source": "cartpole", "finetune_episodes": 10, "scratch_episodes": None,
                     "eval_seeds": None, "experiment": None}),
@@ -207,14 +270,18 @@ def test_learned_spec_names_the_packaged_scheduler():
 
 @pytest.mark.parametrize(("argv", "flow_name", "expected"), [
     (["compare", "--seeds", "100", "101", "--i-max", "8"], "compare_schedulers",
-     {"seeds": [100, 101], "learned": "cartpole", "experiment": None, "i_max": 8, "baselines": None,
-      "sweep": None}),
-    (["compare", "--baselines", "max", "impact", "--sweep"], "compare_schedulers",
-     {"seeds": None, "learned": "cartpole", "experiment": None, "baselines": ["max", "impact"], "sweep": []}),
+     {"seeds": [100, 101], "learned": "cartpole", "more_learned": {}, "experiment": None, "i_max": 8,
+      "baselines": None, "sweep": None, "resume_run_id": None}),
+    (["compare", "--baselines", "max", "impact", "--sweep", "--more-learned", "scratch=s.pt", "zero-shot=cartpole-v2",
+      "--resume-run-id", "abc"], "compare_schedulers",
+     {"seeds": None, "learned": "cartpole", "more_learned": {"scratch": "s.pt", "zero-shot": "cartpole-v2"},
+      "experiment": None, "baselines": ["max", "impact"], "sweep": [], "resume_run_id": "abc"}),
     (["motivation", "--env", "Acrobot-v1", "--experiment-name", "m"], "motivation",
-     {"seeds": None, "experiment": "m", "env": "Acrobot-v1"}),
-    (["actors-curve", "--learned", "x.pt", "--ppo", '{"learning_rate": 0.001}'], "actors_curve",
-     {"seeds": None, "learned": "x.pt", "experiment": None, "ppo": {"learning_rate": 0.001}}),
+     {"seeds": None, "experiment": "m", "env": "Acrobot-v1", "resume_run_id": None}),
+    (["actors-curve", "--learned", "x.pt", "--ppo", '{"learning_rate": 0.001}', "--resume-run-id", "r1"],
+     "actors_curve",
+     {"seeds": None, "learned": "x.pt", "experiment": None, "ppo": {"learning_rate": 0.001},
+      "resume_run_id": "r1"}),
 ])
 def test_each_command_runs_its_flow(monkeypatch, capsys, argv, flow_name, expected):
     from flows.experiments import cli
@@ -231,6 +298,20 @@ def test_each_command_runs_its_flow(monkeypatch, capsys, argv, flow_name, expect
     assert cli.main(argv) == 0
     assert seen == expected
     assert "| learned | 1.5 |" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["transfer", "--resume-run-id", "abc"], "transfer cannot be resumed as a whole"),
+    (["motivation", "--more-learned", "a=b.pt"], "--more-learned is for compare"),
+    (["compare", "--more-learned", "no-checkpoint"], "expected LABEL=CHECKPOINT"),
+])
+def test_command_line_refuses_options_its_experiment_cannot_take(capsys, argv, says):
+    from flows.experiments import cli
+
+    with pytest.raises(SystemExit) as stop:
+        cli.main(argv)
+    assert stop.value.code == 2
+    assert says in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("command", [None, "compare", "motivation", "actors-curve", "transfer"])

@@ -22,6 +22,7 @@ def actors_curve(
     tracking_uri: str | None = None,
     experiment: str | None = None,
     checkpoint_dir: str | None = None,
+    resume_run_id: str | None = None,
     **workload: Any,
 ) -> dict[str, Any]:
     """I_k per round of the learned scheduler (greedy), with the return it drove.
@@ -38,11 +39,14 @@ def actors_curve(
         experiment: MLflow experiment of the parent run and its nested runs; default
             minionsrl-experiments.
         checkpoint_dir: where the runs' checkpoints go; default ./checkpoints.
+        resume_run_id: the MLflow parent run of this experiment stopped before it finished
+            (a crash, Ctrl-C): continue it with the same parameters; its finished runs are kept,
+            not run again.
         workload: `train` parameters of every run.
     """
     seeds = [0, 1, 2, 3, 4] if seeds is None else seeds
     with Experiment("actors_curve", env, {"seeds": seeds, "learned": learned}, workload, tracking_uri,
-                    experiment, checkpoint_dir) as exp:
+                    experiment, checkpoint_dir, resume_run_id) as exp:
         exp.plan(len(seeds))
         runs = [exp.train(learned_spec(learned), seed, "learned") for seed in seeds]
         rows = [phase_row(seed, s) for seed, s in zip(seeds, runs, strict=True)]

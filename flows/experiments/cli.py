@@ -35,25 +35,46 @@ def parser() -> argparse.ArgumentParser:
                    help="compare: the other systems (default max adapt impact; none: --baselines)")
     p.add_argument("--sweep", type=int, nargs="*",
                    help="compare: the N of the Fixed(N) sweep (default 1 2 4 8 16 32; none: --sweep)")
+    p.add_argument("--more-learned", nargs="*", metavar="LABEL=CHECKPOINT", type=labelled,
+                   help="compare: more learned schedulers, each a row judged as --learned is "
+                        "(e.g. scratch=hopper-scratch.pt zero-shot=cartpole-v2)")
+    p.add_argument("--resume-run-id", help="compare, motivation, actors-curve: the MLflow parent run of "
+                                           "the same command stopped before it finished; its finished runs are kept")
     p.add_argument("--experiment-name")
     p.add_argument("--verbose", action="store_true", help="show every task run's and round's log lines too")
     add_workload_arguments(p)
     return p
 
 
+def labelled(text: str) -> tuple[str, str]:
+    """'label=checkpoint' -> (label, checkpoint)."""
+    label, sep, ref = text.partition("=")
+    if not sep or not label.strip() or not ref.strip():
+        raise argparse.ArgumentTypeError(f"expected LABEL=CHECKPOINT, got {text!r}")
+    return label.strip(), ref.strip()
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    cli = parser()
+    args = cli.parse_args(argv)
+    if args.resume_run_id and args.experiment == "transfer":
+        cli.error("transfer cannot be resumed as a whole: resume its scheduler trainings with "
+                  "`python -m flows.scheduler_flows train --resume-run-id`")
+    if args.more_learned and args.experiment != "compare":
+        cli.error("--more-learned is for compare")
     quiet_console(args.verbose)  # one line per round and per run; everything still reaches Prefect
     more = ("env", "batch_episodes") if args.experiment == "transfer" else ("env",)
     options = {"experiment": args.experiment_name, **workload_arguments(args, *more)}
     with prefect_api():
         if args.experiment == "compare":
-            result = compare_schedulers(seeds=args.seeds, learned=args.learned, baselines=args.baselines,
-                                        sweep=args.sweep, **options)
+            result = compare_schedulers(seeds=args.seeds, learned=args.learned,
+                                        more_learned=dict(args.more_learned or []), baselines=args.baselines,
+                                        sweep=args.sweep, resume_run_id=args.resume_run_id, **options)
         elif args.experiment == "motivation":
-            result = motivation(seeds=args.seeds, **options)
+            result = motivation(seeds=args.seeds, resume_run_id=args.resume_run_id, **options)
         elif args.experiment == "actors-curve":
-            result = actors_curve(seeds=args.seeds, learned=args.learned, **options)
+            result = actors_curve(seeds=args.seeds, learned=args.learned, resume_run_id=args.resume_run_id,
+                                  **options)
         else:
             result = scheduler_transfer(source=args.learned, finetune_episodes=args.finetune_episodes,
                                         scratch_episodes=args.scratch_episodes, eval_seeds=args.seeds,

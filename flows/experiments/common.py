@@ -34,9 +34,17 @@ from prefect.artifacts import (  # noqa: E402
 from prefect.exceptions import MissingContextError  # noqa: E402
 
 from flows.artifacts import ArtifactPublisher  # noqa: E402
-from flows.tracking import RunTracker  # noqa: E402
+from flows.tracking import RunTracker, flatten  # noqa: E402
 from flows.train import train  # noqa: E402
 from models.config import ConfigError  # noqa: E402
+from models.experiment_resume import (  # noqa: E402
+    IMPACT_SCHEDULER,
+    FinishedRun,
+    changed_params,
+    decode_finished,
+    encode_finished,
+    finished_run_file,
+)
 from models.experiment_stats import AggregateRow, TableRow, finite_row, markdown_table  # noqa: E402
 from models.impact import ImpactSummary  # noqa: E402
 from models.learned_scheduler import SHIPPED  # noqa: E402
@@ -52,6 +60,8 @@ from models.report import (  # noqa: E402
 from models.session import RunSummary  # noqa: E402
 
 DEFAULT_EXPERIMENT = "minionsrl-experiments"
+FINISHED_DIR = "finished_runs"
+"""Artifact folder of an experiment's parent run: one models/experiment_resume.py record per finished run."""
 LEARNED = SHIPPED  # the packaged CartPole-v1 scheduler ('learned:cartpole')
 SET_BY_EXPERIMENT = ("env", "scheduler", "seed", "tracking_uri", "experiment", "parent_run_id",
                      "checkpoint_dir", "resume")
@@ -80,16 +90,24 @@ class Experiment:
     """
 
     def __init__(self, name: str, env: str, params: dict[str, Any], workload: dict[str, Any],
-                 tracking_uri: str | None, experiment: str | None, checkpoint_dir: str | None):
+                 tracking_uri: str | None, experiment: str | None, checkpoint_dir: str | None,
+                 resume_run_id: str | None = None):
         unknown = sorted(set(workload) - set(TRAIN_DEFAULTS))
         if unknown:
             raise ConfigError(f"{name}: unknown train parameter(s) {unknown}; valid: {sorted(TRAIN_DEFAULTS)}")
         self.name, self.env, self.workload, self.checkpoint_dir = name, env, dict(workload), checkpoint_dir
         self.tracker = RunTracker(tracking_uri)
         self.experiment = experiment or DEFAULT_EXPERIMENT
-        self.run_id = self.tracker.start(self.experiment, f"{name}__{time.strftime('%Y%m%d-%H%M%S')}",
-                                         params={"env": env, **params, **self.workload},
-                                         tags={"minionsrl.kind": "experiment", "minionsrl.experiment": name})
+        all_params = {"env": env, **params, **self.workload}
+        self._kept: dict[tuple[str, int], FinishedRun] = {}
+        """Resumed: the runs the experiment finished before, by (label, seed), until they are reused."""
+        if resume_run_id:
+            self._kept = self._reopen(resume_run_id, all_params)
+            self.run_id = resume_run_id
+        else:
+            self.run_id = self.tracker.start(self.experiment, f"{name}__{time.strftime('%Y%m%d-%H%M%S')}",
+                                             params=all_params,
+                                             tags={"minionsrl.kind": "experiment", "minionsrl.experiment": name})
         self.runs: list[ExperimentRun] = []
         """The nested `train` runs finished so far, in order."""
         self.planned, self.done = 0, 0
@@ -138,11 +156,17 @@ class Experiment:
               workload: dict[str, Any] | None = None) -> RunSummary:
         """A nested `train` run of this experiment's env and workload (or `workload` in its
         place: compare's server-cluster runs); `label`: its name in the experiment's tables
-        (default the scheduler)."""
-        summary = train(env=self.env, scheduler=scheduler, seed=seed, tracking_uri=self.tracker.tracking_uri,
-                        experiment=self.experiment, parent_run_id=self.run_id,
-                        checkpoint_dir=self.checkpoint_dir, **(self.workload if workload is None else workload))
-        self.runs.append(ExperimentRun(label or scheduler, summary))
+        (default the scheduler). A resumed experiment returns the run it finished before."""
+        label = label or scheduler
+        kept = self._take_kept(label, seed, scheduler)
+        if kept is not None and kept.summary is not None:
+            summary = kept.summary
+        else:
+            summary = train(env=self.env, scheduler=scheduler, seed=seed, tracking_uri=self.tracker.tracking_uri,
+                            experiment=self.experiment, parent_run_id=self.run_id,
+                            checkpoint_dir=self.checkpoint_dir, **(self.workload if workload is None else workload))
+            self._keep(FinishedRun(label, seed, scheduler, summary=summary))
+        self.runs.append(ExperimentRun(label, summary))
         self.count_done(1, experiment_run_result(self.runs[-1]))
         if table_due(len(self.runs), False, RUN_TABLE_EVERY):
             self._publish_runs()
@@ -160,11 +184,73 @@ class Experiment:
         """A nested IMPACT training (flows/impact.py) of this experiment's env, counted in its progress."""
         from flows.impact import impact
 
-        summary = impact(**self.impact_config(seed))
+        kept = self._take_kept(IMPACT_SCHEDULER, seed, IMPACT_SCHEDULER)
+        if kept is not None and kept.impact is not None:
+            summary = kept.impact
+        else:
+            summary = impact(**self.impact_config(seed))
+            self._keep(FinishedRun(IMPACT_SCHEDULER, seed, IMPACT_SCHEDULER, impact=summary))
         stop = "J reached" if summary.target_reached else summary.stop_reason
         self.count_done(1, f"impact seed {seed}: {stop} after {summary.env_steps} env steps "
                            f"({summary.wall_s:.1f} s wall, ${summary.server_cluster_cost_usd:.4f} as the cluster)")
         return summary
+
+    # -- resuming ------------------------------------------------------------------------
+    def _reopen(self, run_id: str, params: dict[str, Any]) -> dict[tuple[str, int], FinishedRun]:
+        """Reopen the parent run `run_id` of this same experiment and read the runs it finished;
+        a run that was in flight when it stopped is marked FAILED. Refused (ConfigError, before
+        any run) if it is another experiment or its parameters differ."""
+        try:
+            run = self.tracker.client.get_run(run_id)
+        except Exception as exc:  # MlflowException: no such run in this store
+            raise ConfigError(f"no experiment run {run_id} in {self.tracker.tracking_uri} to resume: {exc}") from exc
+        if run.data.tags.get("minionsrl.experiment") != self.name:
+            raise ConfigError(f"run {run_id} is not a {self.name} experiment "
+                              f"({run.data.tags.get('minionsrl.experiment', 'no experiment tag')}): cannot resume it")
+        changed = changed_params(run.data.params, flatten(params))
+        if changed:
+            raise ConfigError(f"resuming {self.name} run {run_id} with other parameters: "
+                              + "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items())
+                              + ". Resume with the same ones, or start a new experiment.")
+        in_experiment = self.tracker.client.get_experiment(run.info.experiment_id).name
+        if in_experiment != self.experiment:
+            raise ConfigError(f"run {run_id} is in MLflow experiment {in_experiment!r}, not {self.experiment!r}")
+        kept: dict[tuple[str, int], FinishedRun] = {}
+        with tempfile.TemporaryDirectory() as tmp:
+            names = [a.path for a in self.tracker.client.list_artifacts(run_id, FINISHED_DIR)]
+            if names:
+                local = Path(self.tracker.client.download_artifacts(run_id, FINISHED_DIR, tmp))
+                for path in sorted(local.glob("*.mrlw")):
+                    done = decode_finished(path.read_bytes(), f"{FINISHED_DIR}/{path.name} of run {run_id}")
+                    kept[(done.label, done.seed)] = done
+        self.tracker.start(self.experiment, "", params={}, run_id=run_id)
+        self._fail_runs_in_flight(run.info.experiment_id, run_id)
+        _run_logger(self.name).info("resuming %s run %s: %d finished runs kept", self.name, run_id, len(kept))
+        return kept
+
+    def _fail_runs_in_flight(self, experiment_id: str, run_id: str) -> None:
+        """Nested runs still RUNNING died with the experiment's process: say so in MLflow."""
+        stale = self.tracker.client.search_runs(
+            [experiment_id], filter_string=f"tags.mlflow.parentRunId = '{run_id}' and attributes.status = 'RUNNING'")
+        for r in stale:
+            self.tracker.client.set_tag(r.info.run_id, "minionsrl.failure",
+                                        "the experiment's process stopped during this run; the resumed "
+                                        "experiment ran it again")
+            self.tracker.client.set_terminated(r.info.run_id, status="FAILED")
+
+    def _take_kept(self, label: str, seed: int, scheduler: str) -> FinishedRun | None:
+        """The run a resumed experiment finished before as (label, seed), if it ran `scheduler`."""
+        kept = self._kept.pop((label, seed), None)
+        if kept is None or kept.scheduler != scheduler:
+            return None
+        return kept
+
+    def _keep(self, run: FinishedRun) -> None:
+        """Record a finished run in the parent run, so that a resumed experiment skips it."""
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / finished_run_file(run.label, run.seed)
+            path.write_bytes(encode_finished(run))
+            self.tracker.log_artifact(path, FINISHED_DIR)
 
     def _publish_progress(self, finished: bool = False) -> None:
         if self._artifacts is not None:

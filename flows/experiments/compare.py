@@ -14,10 +14,11 @@ from prefect import flow, get_run_logger
 
 from flows.experiments.common import LEARNED, Experiment, bars, learned_spec
 from flows.impact import prepare_impact
-from models.config import SYSTEM_CLUSTER
+from models.config import SYSTEM_CLUSTER, ConfigError
 from models.cost import PriceTable
 from models.experiment_stats import (
     FIXED_SWEEP,
+    AggregateRow,
     aggregate,
     aggregate_impact,
     best_fixed,
@@ -37,11 +38,13 @@ def compare_schedulers(
     env: str = "CartPole-v1",
     seeds: list[int] | None = None,
     learned: str = LEARNED,
+    more_learned: dict[str, str] | None = None,
     baselines: list[str] | None = None,
     sweep: list[int] | None = None,
     tracking_uri: str | None = None,
     experiment: str | None = None,
     checkpoint_dir: str | None = None,
+    resume_run_id: str | None = None,
     **workload: Any,
 ) -> dict[str, Any]:
     """Time (sum of P_k) and cost to J for the learned scheduler, Max, Adapt, the server-based
@@ -64,6 +67,8 @@ def compare_schedulers(
         env: the workload's gymnasium env id.
         seeds: the seeds every scheduler runs on (default 0-4).
         learned: the learned scheduler: a file path, a packaged name (cartpole) or an MLflow URI.
+        more_learned: other learned schedulers, each a row of its own judged as `learned` is:
+            label -> checkpoint, e.g. {"scratch": "hopper-scratch.pt", "zero-shot": "cartpole-v2"}.
         baselines: the other systems (default max, adapt and impact): `train` scheduler specs, and
             impact for the IMPACT baseline (flows/impact.py, its preset for env, the same J).
         sweep: the N of the Fixed(N) runs (default 1, 2, 4, 8, 16, 32 up to i_max; [] for none).
@@ -71,21 +76,31 @@ def compare_schedulers(
         experiment: MLflow experiment of the parent run and its nested runs; default
             minionsrl-experiments.
         checkpoint_dir: where the runs' checkpoints go; default ./checkpoints.
+        resume_run_id: the MLflow parent run of a compare stopped before it finished: continue it
+            with the same parameters; its finished runs are kept, not run again.
         workload: `train` parameters of every run (i_max, target_return, budget_usd, ...).
     """
     logger = get_run_logger()
     seeds = [0, 1, 2, 3, 4] if seeds is None else seeds
     baselines = ["max", "adapt", "impact"] if baselines is None else baselines
     with_impact = "impact" in baselines
+    more_learned = dict(more_learned or {})
+    reserved = {"learned", *baselines, "server cluster"}
+    clash = sorted(label for label in more_learned if label in reserved or label.startswith("fixed:"))
+    if clash:
+        raise ConfigError(f"more_learned labels {clash} are taken by other rows; choose other labels")
     if with_impact:  # bad IMPACT input (an image env, a price file) is refused before any run
         for seed in seeds:
             prepare_impact({k: v for k, v in {"env": env, "seed": seed,
                                               "prices_file": workload.get("prices_file")}.items() if v is not None})
-    with Experiment("compare_schedulers", env, {"seeds": seeds, "learned": learned, "baselines": baselines},
-                    workload, tracking_uri, experiment, checkpoint_dir) as exp:
+    params = {"seeds": seeds, "learned": learned, "more_learned": more_learned, "baselines": baselines,
+              "sweep": sweep}
+    with Experiment("compare_schedulers", env, params, workload, tracking_uri, experiment, checkpoint_dir,
+                    resume_run_id) as exp:
         i_max = exp.setting("i_max")
         cluster = cluster_workload(exp)
         specs = {"learned": learned_spec(learned)}
+        specs.update({label: learned_spec(ref) for label, ref in more_learned.items()})
         specs.update({b: b for b in baselines if b != "impact"})
         sweep_specs = fixed_sweep(i_max, FIXED_SWEEP if sweep is None else sweep)
         # Max is Fixed(i_max): its runs stand for that count of the sweep, run once
@@ -130,18 +145,10 @@ def compare_schedulers(
         metrics = row_metrics(rows, ("time_s_mean", "time_s_std", "cost_usd_mean", "cost_usd_std"))
         metrics.update({f"{metric_label(r.label)}/reached_frac": r.reached_frac for r in rows})
         checks = {}
-        if "max" in by:
-            metrics["learned_vs_max/cost_ratio"] = by["learned"].cost_usd_mean / by["max"].cost_usd_mean
-            metrics["learned_vs_max/time_ratio"] = by["learned"].time_s_mean / by["max"].time_s_mean
-            checks["cost <= 0.56 x Max"] = metrics["learned_vs_max/cost_ratio"] <= 0.56
-            checks["time <= 1.1 x Max"] = metrics["learned_vs_max/time_ratio"] <= 1.1
-        if "adapt" in by:
-            metrics["learned_vs_adapt/time_ratio"] = by["learned"].time_s_mean / by["adapt"].time_s_mean
-            checks["time < Adapt"] = metrics["learned_vs_adapt/time_ratio"] < 1.0
-        if best is not None:
-            metrics["learned_vs_best_fixed/cost_ratio"] = by["learned"].cost_usd_mean / best.cost_usd_mean
-            metrics["learned_vs_best_fixed/time_ratio"] = by["learned"].time_s_mean / best.time_s_mean
-            checks.update(judge_against_best_fixed(by["learned"], best))
+        for label in ("learned", *more_learned):
+            judged_metrics, judged_checks = judge_learned(label, by, best)
+            metrics.update(judged_metrics)
+            checks.update(judged_checks)
         exp.tracker.log_metrics(metrics, step=0)
 
         fig, (ax_t, ax_c) = plt.subplots(1, 2, figsize=(11, 4))
@@ -163,6 +170,30 @@ def compare_schedulers(
         out = exp.publish(fig, rows, md, results)
         return {"rows": [r.as_dict() for r in rows], "metrics": metrics, "checks": checks, **out, "runs": runs,
                 "impact_runs": impact_runs}
+
+
+def judge_learned(label: str, by: dict[str, AggregateRow], best: AggregateRow | None
+                  ) -> tuple[dict[str, float], dict[str, bool]]:
+    """Issue 13's figures of the learned scheduler `label` against Max, Adapt and the best fixed
+    count: metrics `<label>_vs_<row>/<cost|time>_ratio` and yes/no checks. The primary learned
+    scheduler keeps the plain names (`learned_vs_max/...`; checks without a prefix)."""
+    mine, prefix = by[label], "" if label == "learned" else f"{label}: "
+    name = metric_label(label)
+    metrics: dict[str, float] = {}
+    checks: dict[str, bool] = {}
+    if "max" in by:
+        metrics[f"{name}_vs_max/cost_ratio"] = mine.cost_usd_mean / by["max"].cost_usd_mean
+        metrics[f"{name}_vs_max/time_ratio"] = mine.time_s_mean / by["max"].time_s_mean
+        checks[f"{prefix}cost <= 0.56 x Max"] = metrics[f"{name}_vs_max/cost_ratio"] <= 0.56
+        checks[f"{prefix}time <= 1.1 x Max"] = metrics[f"{name}_vs_max/time_ratio"] <= 1.1
+    if "adapt" in by:
+        metrics[f"{name}_vs_adapt/time_ratio"] = mine.time_s_mean / by["adapt"].time_s_mean
+        checks[f"{prefix}time <= 0.6 x Adapt"] = metrics[f"{name}_vs_adapt/time_ratio"] <= 0.6
+    if best is not None:
+        metrics[f"{name}_vs_best_fixed/cost_ratio"] = mine.cost_usd_mean / best.cost_usd_mean
+        metrics[f"{name}_vs_best_fixed/time_ratio"] = mine.time_s_mean / best.time_s_mean
+        checks.update({f"{prefix}{k}": v for k, v in judge_against_best_fixed(mine, best).items()})
+    return metrics, checks
 
 
 CLUSTER_BUDGET_USD = 1e6

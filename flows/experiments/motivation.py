@@ -26,6 +26,7 @@ def motivation(
     tracking_uri: str | None = None,
     experiment: str | None = None,
     checkpoint_dir: str | None = None,
+    resume_run_id: str | None = None,
     **workload: Any,
 ) -> dict[str, Any]:
     """Fixed(n) vs Increase vs Decrease (step actors every `every` rounds) at the same total
@@ -43,13 +44,16 @@ def motivation(
         experiment: MLflow experiment of the parent run and its nested runs; default
             minionsrl-experiments.
         checkpoint_dir: where the runs' checkpoints go; default ./checkpoints.
+        resume_run_id: the MLflow parent run of this experiment stopped before it finished
+            (a crash, Ctrl-C): continue it with the same parameters; its finished runs are kept,
+            not run again.
         workload: other `train` parameters of every run.
     """
     seeds = [0, 1, 2] if seeds is None else seeds
     specs = {"fixed": f"fixed:{n}", "increase": f"increase:{n}:{step}:{every}",
              "decrease": f"decrease:{n}:{step}:{every}"}
     with Experiment("motivation", env, {"seeds": seeds, "specs": specs}, {**workload, "max_rounds": max_rounds},
-                    tracking_uri, experiment, checkpoint_dir) as exp:
+                    tracking_uri, experiment, checkpoint_dir, resume_run_id) as exp:
         exp.plan(len(specs) * len(seeds))
         runs = {label: [exp.train(spec, seed, label) for seed in seeds] for label, spec in specs.items()}
         rows = [aggregate(label, summaries).with_columns(
