@@ -24,6 +24,11 @@ class SyntheticRounds:
     one unit of work, so the mean return after round k is J * (k + 1) / work and J is reached
     after `work` rounds. Like the train flow, a round whose cost exceeds the budget left is not
     started and the run ends with stop reason budget_spent.
+
+    With `boost_actors` > 0 the best count depends on the state: while less than half the work
+    is done, a round with at least boost_actors actors does `boost_work` units (early rounds
+    gain from a big batch, later ones do not). `initial_return` is the return the scheduler
+    sees before round 0 (the untrained policy's; NaN: none, as in the train flow).
     """
 
     a: float = 1.0
@@ -33,13 +38,17 @@ class SyntheticRounds:
     target: float = 100.0
     budget: float = 90.5
     max_rounds: int = 10
+    boost_actors: int = 0
+    boost_work: int = 1
+    initial_return: float = math.nan
 
     def run(self, scheduler: LearnedScheduler) -> dict:
-        left, ret, best = self.budget, math.nan, -math.inf
+        left, ret, best = self.budget, self.initial_return, -math.inf
         learner_s = actor_s = 0.0
         times: list[float] = []
         costs: list[float] = []
         reached = spent = False
+        done = 0
         for k in range(self.max_rounds):
             actors = scheduler.choose(RoundState(k, 0.1, ret, 0.01, learner_s, actor_s, left))
             cost = self.s * actors + self.b
@@ -50,9 +59,11 @@ class SyntheticRounds:
             costs.append(cost)
             times.append(self.a + self.b / actors)
             learner_s, actor_s = self.a, self.s + self.b / actors
-            ret = self.target * (k + 1) / self.work
+            boosted = self.boost_actors and actors >= self.boost_actors and 2 * done < self.work
+            done += self.boost_work if boosted else 1
+            ret = self.target * min(done, self.work) / self.work
             best = max(best, ret)
-            if k + 1 >= self.work:
+            if done >= self.work:
                 reached = True
                 break
         return {"round_times": times, "round_costs": costs, "decisions": len(scheduler.trace().steps),

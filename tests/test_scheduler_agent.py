@@ -57,6 +57,35 @@ def test_with_the_cost_in_the_reward_the_agent_learns_the_cheaper_schedule():
     assert outcome["target_reached"] and not outcome["budget_spent"]
 
 
+# A schedule that depends on the state. With a start-up of 5 per actor and the cost weight 3, a
+# round scores -0.1 * (64, 73, 86, 100) for I = 1..4, so 1 actor is best for a unit of work; but
+# while less than half the work is done, a round of 4 actors does 3 units (100 for 3 units), so
+# the optimum is 4 actors once, then 1: (4, 1, 1, 1), -29.2, ahead of every constant (1 x 6:
+# -38.4) and of (4, 2, 1, 1), -30.1. The scheduler sees the return from before round 0 (0).
+PHASED = {"budget": 400.0, "s": 5.0, "boost_actors": 4, "boost_work": 3, "initial_return": 0.0}
+PHASED_OPTIMUM = [4, 1, 1, 1]
+
+
+def scored_schedules(model, cost_weight: float, counts=range(1, 5)) -> list[tuple[float, tuple[int, ...]]]:
+    """Every schedule of `model.work` rounds (padded with 1s for rounds it never reaches), best first."""
+    import itertools
+
+    return sorted(((float(model.rewards(model.run(Scripted(sched + (1,) * 4)), cost_weight=cost_weight).sum()),
+                    sched) for sched in itertools.product(counts, repeat=model.work)), reverse=True)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_where_the_best_count_depends_on_the_state_the_agent_learns_a_schedule_that_does(seed):
+    torch.set_num_threads(1)
+    model = SyntheticRounds(**PHASED)
+    best_reward, best = scored_schedules(model, COST_WEIGHT)[0]
+    assert list(best[:len(PHASED_OPTIMUM)]) == PHASED_OPTIMUM and best_reward == pytest.approx(-29.2)
+    agent = train_on(model, episodes=480, seed=seed, cost_weight=COST_WEIGHT)
+    actors, outcome = greedy_schedule(agent, model)
+    assert actors == PHASED_OPTIMUM  # not a constant
+    assert outcome["target_reached"]
+
+
 class Scripted:
     """Plays a given schedule through the model (the brute force below); no network involved."""
 
@@ -74,18 +103,13 @@ class Scripted:
 
 def test_the_table_is_the_optimum_by_brute_force():
     """Every schedule of six rounds with I in 1..4, run through the model with its penalties."""
-    import itertools
-
     for budget, best_i, best_time in OPTIMUM_TABLE:
-        model = SyntheticRounds(budget=budget)
-        scored = sorted(((float(model.rewards(model.run(Scripted(sched + (1,) * 4))).sum()), sched)
-                         for sched in itertools.product(range(1, 5), repeat=model.work)), reverse=True)
-        assert scored[0][1] == (best_i,) * model.work
+        scored = scored_schedules(SyntheticRounds(budget=budget), 0.0)
+        assert scored[0][1] == (best_i,) * 6
         assert scored[0][0] == pytest.approx(-0.1 * best_time)
         assert scored[1][0] < scored[0][0] - 0.05  # unique, by a margin
     model = SyntheticRounds(budget=200.0)
-    scored = sorted(((float(model.rewards(model.run(Scripted(sched + (1,) * 4)), cost_weight=COST_WEIGHT).sum()),
-                      sched) for sched in itertools.product(range(1, 5), repeat=model.work)), reverse=True)
+    scored = scored_schedules(model, COST_WEIGHT)
     assert scored[0][1] == (COST_OPTIMUM,) * model.work
     assert scored[0][0] == pytest.approx(-0.1 * 49 * model.work)
     assert scored[1][0] < scored[0][0] - 0.05
