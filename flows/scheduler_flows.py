@@ -271,9 +271,11 @@ def train_scheduler(
                             summary.rounds, summary.time_to_stop_s, summary.cost_usd, record.actors_mean)
             stats = sched_agent.update(learn_from)
             done = batch[-1] + 1
-            tracker.log_metrics(stats, step=batch[-1])
             entry.episodes += len(batch)
             entry.wall_s = wall_before + time.perf_counter() - started
+            entry.billed_usd += sum(s.cost_usd for s in summaries)
+            tracker.log_metrics({**stats, "training/wall_s": entry.wall_s, "training/billed_usd": entry.billed_usd},
+                                step=batch[-1])
             meta.episodes_done, meta.updates = done, sched_agent.updates
             save_scheduler(ckpt, sched_agent, meta=meta)
             tracker.log_artifact(ckpt, ARTIFACT_DIR)
@@ -287,7 +289,7 @@ def train_scheduler(
                                        artifact_uri=f"runs:/{run_id}/{ARTIFACT_DIR}/{ARTIFACT_NAME}",
                                        tracking_uri=tracker.tracking_uri, experiment=experiment,
                                        episodes_done=done, updates=sched_agent.updates, episodes=results,
-                                       wall_s=entry.wall_s)
+                                       wall_s=entry.wall_s, billed_usd=entry.billed_usd)
     finally:
         artifacts.close()
         tracker.finish(status)
@@ -377,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
               f"actors {json.dumps([int(a) for a in e.actors])}")
     print(f"\nscheduler: {result.checkpoint} (MLflow {result.artifact_uri} in "
           f"{result.tracking_uri}); {result.episodes_done} episodes, {result.updates} updates, "
-          f"{result.wall_s:.0f}s")
+          f"{result.wall_s:.0f}s, episodes billed ${result.billed_usd:.5f}")
     return 0
 
 

@@ -97,6 +97,9 @@ class TrainingSession:
     """Episodes this run has trained so far."""
     wall_s: float = 0.0
     """This run's training wall time so far, resumed attempts included."""
+    billed_usd: float = 0.0
+    """What this run's episodes were billed so far (their trainings' cost_usd); 0 in checkpoints
+    from before it was recorded."""
 
     def __post_init__(self) -> None:
         if self.mode not in TRAINING_MODES:

@@ -81,6 +81,8 @@ class SchedulerTrainingResult:
     updates: int
     wall_s: float
     """Training wall time in all, earlier resumed attempts included."""
+    billed_usd: float = 0.0
+    """What its episodes were billed in all (each training's cost_usd), earlier attempts included."""
     output: str | None = None
     """Where a copy was written, if asked."""
     episodes: list[SchedulerEpisodeRecord] = field(default_factory=list)

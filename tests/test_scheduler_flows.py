@@ -66,6 +66,11 @@ def test_train_scheduler_resume_and_train_with_it(prefect_api_url, mlflow_uri, t
     _, _, meta = load_scheduler(out)
     assert (meta.episodes_done, meta.updates) == (2, 2)
     assert meta.trained_on[0].env == "CartPole-v1" and meta.trained_on[0].episodes == 2
+    # what the training itself was billed: both attempts' episodes, kept through the resume
+    billed = sum(e.cost_usd for e in first.episodes + result.episodes)
+    assert billed > 0 and result.billed_usd == pytest.approx(billed) and meta.trained_on[0].billed_usd == pytest.approx(billed)
+    assert [m.value for m in sorted(client.get_metric_history(run_id, "training/billed_usd"), key=lambda m: m.step)] \
+        == pytest.approx([first.billed_usd, billed])
 
     # Every episode was a `train` run with scheduler='learned:<path>:sample': its trace is the
     # actor counts the run used.
