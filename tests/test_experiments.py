@@ -276,8 +276,8 @@ def test_learned_spec_names_the_packaged_scheduler():
       "--resume-run-id", "abc"], "compare_schedulers",
      {"seeds": None, "learned": "cartpole", "more_learned": {"scratch": "s.pt", "zero-shot": "cartpole-v2"},
       "experiment": None, "baselines": ["max", "impact"], "sweep": [], "resume_run_id": "abc"}),
-    (["motivation", "--env", "Acrobot-v1", "--experiment-name", "m"], "motivation",
-     {"seeds": None, "experiment": "m", "env": "Acrobot-v1", "resume_run_id": None}),
+    (["motivation", "--env", "Acrobot-v1", "--experiment-name", "m", "--eval-every", "1000"], "motivation",
+     {"seeds": None, "experiment": "m", "env": "Acrobot-v1", "resume_run_id": None, "eval_every": 1000}),
     (["actors-curve", "--learned", "x.pt", "--ppo", '{"learning_rate": 0.001}', "--resume-run-id", "r1"],
      "actors_curve",
      {"seeds": None, "learned": "x.pt", "experiment": None, "ppo": {"learning_rate": 0.001},
@@ -303,6 +303,7 @@ def test_each_command_runs_its_flow(monkeypatch, capsys, argv, flow_name, expect
 @pytest.mark.parametrize(("argv", "says"), [
     (["transfer", "--resume-run-id", "abc"], "transfer cannot be resumed as a whole"),
     (["motivation", "--more-learned", "a=b.pt"], "--more-learned is for compare"),
+    (["transfer", "--eval-every", "5"], "--eval-every and --eval-episodes are"),
     (["compare", "--more-learned", "no-checkpoint"], "expected LABEL=CHECKPOINT"),
 ])
 def test_command_line_refuses_options_its_experiment_cannot_take(capsys, argv, says):
