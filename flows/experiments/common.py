@@ -217,8 +217,7 @@ class Experiment:
             raise ConfigError(f"run {run_id} is in MLflow experiment {in_experiment!r}, not {self.experiment!r}")
         kept: dict[tuple[str, int], FinishedRun] = {}
         with tempfile.TemporaryDirectory() as tmp:
-            names = [a.path for a in self.tracker.client.list_artifacts(run_id, FINISHED_DIR)]
-            if names:
+            if self.tracker.client.list_artifacts(run_id, FINISHED_DIR):
                 local = Path(self.tracker.client.download_artifacts(run_id, FINISHED_DIR, tmp))
                 for path in sorted(local.glob("*.mrlw")):
                     done = decode_finished(path.read_bytes(), f"{FINISHED_DIR}/{path.name} of run {run_id}")
