@@ -89,6 +89,17 @@ def scheduler_target(workload: SchedulerWorkload) -> float:
     return threshold
 
 
+def name_flow_run(name: str) -> None:
+    """Rename this flow run (a resume learns its env from the run it resumes, after the name
+    was made from the env parameter's default)."""
+    from prefect import get_client
+    from prefect.runtime import flow_run
+
+    if flow_run.id and flow_run.name != name:
+        with get_client(sync_client=True) as client:
+            client.set_flow_run_name(flow_run.id, name)
+
+
 def _not_a_config_error(task, task_run, state) -> bool:
     """Retry an episode that failed for a transient reason, never a bad parameter."""
     try:
@@ -103,10 +114,11 @@ def _not_a_config_error(task, task_run, state) -> bool:
 @task(name="scheduler-episode", task_run_name="episode-{episode}", cache_policy=NO_CACHE,
       persist_result=False, retries=1, retry_condition_fn=_not_a_config_error)
 def scheduler_episode(episode: int, checkpoint: str, workload: SchedulerWorkload, seed: int,
-                      parent_run_id: str, tracking_uri: str, experiment: str,
+                      scheduler_seed: int, parent_run_id: str, tracking_uri: str, experiment: str,
                       checkpoint_dir: str) -> RunSummary:
     """One scheduler episode: a complete `train` run with the learned scheduler sampling."""
-    return train(scheduler=f"learned:{checkpoint}:sample", seed=seed, parent_run_id=parent_run_id,
+    return train(scheduler=f"learned:{checkpoint}:sample", seed=seed, scheduler_seed=scheduler_seed,
+                 parent_run_id=parent_run_id,
                  tracking_uri=tracking_uri, experiment=experiment, checkpoint_dir=checkpoint_dir,
                  log_model=False, **workload.train_parameters())
 
@@ -136,6 +148,7 @@ def train_scheduler(
     backend: str | None = None,
     backend_options: dict[str, Any] | None = None,
     seed: int = 0,
+    common_seeds: bool = False,
     tracking_uri: str | None = None,
     experiment: str | None = None,
     checkpoint_dir: str | None = None,
@@ -173,6 +186,10 @@ def train_scheduler(
             actors share the cluster while each episode's learner runs in this flow's process.
         backend_options: that backend's options (tasks/backends.py).
         seed: episode e trains the workload with seed + e (and samples actions with it).
+        common_seeds: the episodes of a batch train the workload on one seed (seed + the batch's
+            first episode), each sampling its schedule with its own seed (seed + e): common random
+            numbers, so that within a batch the rewards differ by the schedules and not by how
+            lucky each episode's seed was (on Hopper-v5 rounds to J vary 9-51 from seed to seed).
         tracking_uri: MLflow store; default MLFLOW_TRACKING_URI or ./mlruns/mlflow.db.
         experiment: MLflow experiment of the parent run and its nested workload runs;
             default minionsrl-scheduler/<env>.
@@ -213,8 +230,12 @@ def train_scheduler(
         previous = meta.session(resume_run_id)
         if previous is not None:  # the run's own workload and seeds; where actors run may change
             workload, seed = previous.workload.placed(backend, backend_options, local_workers), previous.seed
-            previous.workload = workload
-        logger.info("resuming scheduler training run %s after %d episodes", resume_run_id, done)
+            previous.workload, common_seeds = workload, previous.common_seeds
+            env = previous.env
+        # the episodes' runs go where the first attempt's went, beside their parent
+        experiment = tracker.client.get_experiment(tracker.experiment_id).name
+        name_flow_run(f"train-scheduler-{env}-{episodes}ep-seed{seed}")
+        logger.info("resuming scheduler training run %s (%s) after %d episodes", resume_run_id, env, done)
     else:
         source = None
         if init_from:
@@ -227,7 +248,7 @@ def train_scheduler(
         else:
             sched_agent = SchedulerAgent(i_max, AgentConfig().replace(overrides), seed=seed)
         params = {"env": env, "episodes": episodes, "batch_episodes": batch_episodes,
-                  "concurrency": concurrency, "init_from": init_from, "seed": seed,
+                  "concurrency": concurrency, "init_from": init_from, "seed": seed, "common_seeds": common_seeds,
                   "agent": dataclasses.asdict(sched_agent.config), "workload": workload.to_json()}
         tags = {"minionsrl.kind": "scheduler-training",
                 "minionsrl.scheduler_init": "finetune" if init_from else "scratch"}
@@ -240,7 +261,8 @@ def train_scheduler(
     if entry is None:
         entry = TrainingSession(env=env, mlflow_run_id=run_id, seed=seed,
                                 mode="finetune" if init_from else "scratch", workload=workload,
-                                beta=beta, cost_weight=cost_weight, batch_episodes=batch_episodes)
+                                beta=beta, cost_weight=cost_weight, batch_episodes=batch_episodes,
+                                common_seeds=common_seeds)
         meta.trained_on.append(entry)
     work = ckpt_root / "schedulers" / run_id
     ckpt = work / ARTIFACT_NAME
@@ -254,7 +276,8 @@ def train_scheduler(
             save_scheduler(ckpt, sched_agent, meta=meta)  # what this batch's episodes load
             summaries = []
             for chunk_start in range(0, len(batch), concurrency):
-                futures = [scheduler_episode.submit(e, str(ckpt), workload, seed + e, run_id,
+                futures = [scheduler_episode.submit(e, str(ckpt), workload, seed + (batch[0] if common_seeds else e),
+                                                    seed + e, run_id,
                                                     tracker.tracking_uri, experiment,
                                                     str(ckpt_root))
                            for e in batch[chunk_start:chunk_start + concurrency]]
@@ -359,6 +382,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds one USD of round cost is worth in the reward (0: time only, the paper's)")
     parser.add_argument("--learning-rate", type=float)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--common-seeds", action="store_true",
+                        help="the episodes of a batch train the workload on one seed, each sampling its own "
+                             "schedule (common random numbers)")
     parser.add_argument("--experiment")
     parser.add_argument("--verbose", action="store_true", help="show every task run's and round's log lines too")
     add_workload_arguments(parser)
@@ -366,7 +392,8 @@ def main(argv: list[str] | None = None) -> int:
     quiet_console(args.verbose)  # one line per episode and round; everything still reaches Prefect
     options = {"concurrency": args.concurrency, "output": args.out, "beta": args.beta,
                "cost_weight": args.cost_weight,
-               "learning_rate": args.learning_rate, "seed": args.seed, "experiment": args.experiment,
+               "learning_rate": args.learning_rate, "seed": args.seed,
+               "common_seeds": args.common_seeds, "experiment": args.experiment,
                **workload_arguments(args, "env", "episodes", "batch_episodes")}
     with prefect_api():
         if args.command == "train":

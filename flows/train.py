@@ -160,6 +160,7 @@ def train(
     envs_per_actor: int | None = None,
     carry_episodes: bool | None = None,
     seed: int | None = None,
+    scheduler_seed: int | None = None,
     backend: str | None = None,
     ppo: dict[str, Any] | None = None,
     actor_memory_gb: float | None = None,
@@ -206,6 +207,8 @@ def train(
             before left unfinished, instead of resetting its envs (MuJoCo envs; the locomotion
             presets turn it on).
         seed: run seed (default 0); actor i of round k uses a seed derived from (seed, k, i).
+        scheduler_seed: seed of a learned scheduler's sampling (learned:...:sample); default the
+            run's seed.
         backend: where actors run: local (warm processes on this machine, the default),
             work-pool (each actor its own flow run on a Prefect work pool: process, ACI, ...)
             or dask.

@@ -198,6 +198,10 @@ class RunConfig:
     """Envs one actor steps in lockstep (divides fragment)."""
     seed: int = 0
     """Run seed; actor i of round k seeds from (seed, k, i)."""
+    scheduler_seed: int | None = None
+    """Seed of a learned scheduler's sampling (mode sample); None: the run's seed. Scheduler
+    training gives the episodes of a batch one run seed and each its own scheduler seed
+    (flows/scheduler_flows.py common_seeds)."""
     carry_episodes: bool = False
     """Actor i of round k+1 continues the episodes actor i of round k left unfinished, instead of
     resetting its envs (MuJoCo envs: models/env_snapshot.py). Off: every fragment starts new
@@ -268,6 +272,8 @@ class RunConfig:
                f"fragment ({self.fragment}) must be a multiple of envs_per_actor "
                f"({self.envs_per_actor})")
         _check(self.seed >= 0, "seed must be >= 0")
+        _check(self.scheduler_seed is None or (isinstance(self.scheduler_seed, int) and self.scheduler_seed >= 0),
+               f"scheduler_seed must be an integer >= 0, got {self.scheduler_seed!r}")
         _check(isinstance(self.carry_episodes, bool),
                f"carry_episodes must be true or false, got {self.carry_episodes!r}")
         _check(self.actor_memory_gb > 0, "actor_memory_gb must be > 0")

@@ -163,6 +163,6 @@ def _coerce(key: str, value: Any) -> Any:
 PRESET_KEYS = ("scheduler", "target_return", "budget_usd", "max_rounds", "fragment", "envs_per_actor",
                "actor_memory_gb", "carry_episodes")
 _FLOAT_FIELDS = {"target_return", "budget_usd", "actor_memory_gb", "actor_timeout_s", "quorum"}
-_INT_FIELDS = {"max_rounds", "fragment", "envs_per_actor", "seed", "i_max", "actor_retries", "eval_every",
+_INT_FIELDS = {"max_rounds", "fragment", "envs_per_actor", "seed", "scheduler_seed", "i_max", "actor_retries", "eval_every",
                "eval_episodes"}
 _STR_FIELDS = {"scheduler", "learner_device", "tracking_uri", "experiment", "checkpoint_dir", "system"}

@@ -97,6 +97,8 @@ class TrainingSession:
     """Episodes this run has trained so far."""
     wall_s: float = 0.0
     """This run's training wall time so far, resumed attempts included."""
+    common_seeds: bool = False
+    """The episodes of a batch shared one workload seed (each its own scheduler seed)."""
     billed_usd: float = 0.0
     """What this run's episodes were billed so far (their trainings' cost_usd); 0 in checkpoints
     from before it was recorded."""

@@ -174,7 +174,8 @@ class TrainingSession:
         self._cluster_clock: float | None = None
         self._admitted: RoundBound | None = None
         self.scheduler = make_scheduler(cfg.scheduler, cfg.i_max, cfg.max_rounds, cfg.target_return,
-                                        budget_usd=cfg.budget_usd, seed=cfg.seed)
+                                        budget_usd=cfg.budget_usd,
+                                        seed=cfg.seed if cfg.scheduler_seed is None else cfg.scheduler_seed)
         self.progress = RunProgress()
         # carry_episodes: each actor index's episodes in progress, continued by the next round's
         # actor of that index (an index not run, or failed, starts fresh episodes next time)

@@ -162,12 +162,13 @@ def test_scheduler_training_falls_back_to_gymnasiums_threshold(env, expected):
 @pytest.mark.parametrize(("argv", "flow_name", "expected"), [
     (["train"], "train_scheduler",
      {"resume_run_id": None, "concurrency": 1, "output": None, "beta": 0.1, "cost_weight": 0.0,
-      "learning_rate": None, "seed": 0, "experiment": None}),
+      "learning_rate": None, "seed": 0, "common_seeds": False, "experiment": None}),
     (["finetune", "--source", "runs:/abc/scheduler/scheduler.pt", "--env", "Acrobot-v1", "--episodes", "3",
       "--i-max", "8", "--preset", "locomotion", "--target-return", "-100", "--tracking-uri", "sqlite:///x.db", "--concurrency", "2",
-      "--backend", "dask", "--backend-options", '{"dask_address": "tcp://10.0.0.5:8786"}'], "finetune_scheduler",
+      "--backend", "dask", "--backend-options", '{"dask_address": "tcp://10.0.0.5:8786"}', "--common-seeds"],
+     "finetune_scheduler",
      {"source": "runs:/abc/scheduler/scheduler.pt", "concurrency": 2, "output": None, "beta": 0.1, "cost_weight": 0.0,
-      "learning_rate": None, "seed": 0, "experiment": None, "env": "Acrobot-v1", "episodes": 3, "i_max": 8,
+      "learning_rate": None, "seed": 0, "common_seeds": True, "experiment": None, "env": "Acrobot-v1", "episodes": 3, "i_max": 8,
       "preset": "locomotion", "target_return": -100.0, "tracking_uri": "sqlite:///x.db", "backend": "dask",
       "backend_options": {"dask_address": "tcp://10.0.0.5:8786"}}),
 ])
@@ -189,6 +190,38 @@ def test_scheduler_command_line(monkeypatch, argv, flow_name, expected):
     monkeypatch.setattr(scheduler_flows, "prefect_api", contextlib.nullcontext)
     assert scheduler_flows.main(argv) == 0
     assert seen == expected
+
+
+def test_common_seeds_give_a_batch_one_workload_seed_and_a_resume_keeps_its_env(prefect_api_url, mlflow_uri,
+                                                                               tmp_path):
+    """With common_seeds, the episodes of a batch train on the batch's seed and sample with their
+    own; a resume that names no env (the flow's default is CartPole-v1) keeps the run's own:
+    its episodes, its experiment, its flow run's name."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
+
+    from flows.scheduler_flows import train_scheduler
+    from models.learned_scheduler import load_scheduler
+
+    ckpt, tiny = str(tmp_path / "ckpt"), {k: v for k, v in TINY.items() if k != "env"}
+    first = train_scheduler(env="Acrobot-v1", episodes=2, batch_episodes=2, seed=5, common_seeds=True,
+                            target_return=-100.0, tracking_uri=mlflow_uri, checkpoint_dir=ckpt, **tiny)
+    client = MlflowClient(mlflow_uri)
+    params = [client.get_run(e.run_id).data.params for e in first.episodes]
+    assert [(p["seed"], p["scheduler_seed"]) for p in params] == [("5", "5"), ("5", "6")]
+
+    resumed = train_scheduler(episodes=4, batch_episodes=2, resume_run_id=first.run_id, tracking_uri=mlflow_uri,
+                              checkpoint_dir=ckpt, **tiny)
+    runs = [client.get_run(e.run_id) for e in resumed.episodes]
+    assert [(r.data.params["env_id"], r.data.params["seed"], r.data.params["scheduler_seed"]) for r in runs] == [
+        ("Acrobot-v1", "7", "7"), ("Acrobot-v1", "7", "8")]
+    assert {client.get_experiment(r.info.experiment_id).name for r in runs} == {"minionsrl-scheduler/Acrobot-v1"}
+    _, _, meta = load_scheduler(resumed.checkpoint)
+    assert meta.trained_on[0].common_seeds and meta.trained_on[0].episodes == 4
+    with get_client(sync_client=True) as prefect:
+        named = prefect.read_flow_runs(flow_run_filter=FlowRunFilter(
+            name=FlowRunFilterName(any_=["train-scheduler-Acrobot-v1-4ep-seed5"])))
+    assert len(named) == 1  # renamed from the default env's name once the resumed run said Acrobot-v1
 
 
 def test_scheduler_episodes_run_concurrently_on_a_shared_dask_cluster(prefect_api_url, mlflow_uri, tmp_path):
