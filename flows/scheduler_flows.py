@@ -381,6 +381,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cost-weight", type=float, default=0.0,
                         help="seconds one USD of round cost is worth in the reward (0: time only, the paper's)")
     parser.add_argument("--learning-rate", type=float)
+    parser.add_argument("--agent", type=json.loads,
+                        help='other scheduler PPO settings as JSON (AgentConfig), e.g. \'{"gae_lambda": 0.5}\'')
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--common-seeds", action="store_true",
                         help="the episodes of a batch train the workload on one seed, each sampling its own "
@@ -392,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     quiet_console(args.verbose)  # one line per episode and round; everything still reaches Prefect
     options = {"concurrency": args.concurrency, "output": args.out, "beta": args.beta,
                "cost_weight": args.cost_weight,
-               "learning_rate": args.learning_rate, "seed": args.seed,
+               "learning_rate": args.learning_rate, "agent": args.agent, "seed": args.seed,
                "common_seeds": args.common_seeds, "experiment": args.experiment,
                **workload_arguments(args, "env", "episodes", "batch_episodes")}
     with prefect_api():

@@ -162,13 +162,14 @@ def test_scheduler_training_falls_back_to_gymnasiums_threshold(env, expected):
 @pytest.mark.parametrize(("argv", "flow_name", "expected"), [
     (["train"], "train_scheduler",
      {"resume_run_id": None, "concurrency": 1, "output": None, "beta": 0.1, "cost_weight": 0.0,
-      "learning_rate": None, "seed": 0, "common_seeds": False, "experiment": None}),
+      "learning_rate": None, "agent": None, "seed": 0, "common_seeds": False, "experiment": None}),
     (["finetune", "--source", "runs:/abc/scheduler/scheduler.pt", "--env", "Acrobot-v1", "--episodes", "3",
       "--i-max", "8", "--preset", "locomotion", "--target-return", "-100", "--tracking-uri", "sqlite:///x.db", "--concurrency", "2",
-      "--backend", "dask", "--backend-options", '{"dask_address": "tcp://10.0.0.5:8786"}', "--common-seeds"],
+      "--backend", "dask", "--backend-options", '{"dask_address": "tcp://10.0.0.5:8786"}', "--common-seeds",
+      "--agent", '{"gae_lambda": 0.5}'],
      "finetune_scheduler",
      {"source": "runs:/abc/scheduler/scheduler.pt", "concurrency": 2, "output": None, "beta": 0.1, "cost_weight": 0.0,
-      "learning_rate": None, "seed": 0, "common_seeds": True, "experiment": None, "env": "Acrobot-v1", "episodes": 3, "i_max": 8,
+      "learning_rate": None, "agent": {"gae_lambda": 0.5}, "seed": 0, "common_seeds": True, "experiment": None, "env": "Acrobot-v1", "episodes": 3, "i_max": 8,
       "preset": "locomotion", "target_return": -100.0, "tracking_uri": "sqlite:///x.db", "backend": "dask",
       "backend_options": {"dask_address": "tcp://10.0.0.5:8786"}}),
 ])

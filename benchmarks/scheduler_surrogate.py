@@ -1,0 +1,192 @@
+"""How fast the scheduler agent learns, on a surrogate of a measured workload (seconds, not hours).
+
+A real scheduler episode is a whole training run (Hopper-v5 at J = 600: ~23 s here), so each
+setting of the scheduler's PPO costs 40+ minutes to try for real. This surrogate replays what the
+sweep measured on that workload (BENCHMARKS.md "Issue 13: schedulers for Hopper-v5", held-out
+seeds 100-102) with the spread the training episodes showed, and trains `SchedulerAgent`s on it
+through the same `LearnedScheduler`, `StateNormaliser` and reward as the flows:
+
+- a round with I actors takes P(I) = learner 0.02 + 0.12 I s (10 epochs of minibatch 64 over
+  1024 I samples) plus the slowest actor 0.12 s, each with 10% noise: 0.26 s at I = 1, 1.1 s at
+  8, 4.0 s at 32 (measured: 0.27, 1.19, 4.2);
+- rounds to J: the seed's difficulty W (median 10 rounds, lognormal spread 0.35: time to J
+  varied 9-65 s between training seeds) divided by the round's efficiency, 0.8 at I = 1 rising
+  to 1 at I >= 8 (measured rounds to J: 12.3 at I = 1, 10 at 4 and 8, 11 at 32);
+- the time-only reward (-beta P_k, the terminal penalty if J is not reached in K = 100 rounds).
+
+So the best schedule in hindsight is Fixed(1) (as the sweep found), and the question is how many
+episodes each agent setting needs to find it. Prints, per setting and seed, the mean actors the
+sampling policy chose over each block of episodes and the greedy schedule at the end.
+
+    .venv/bin/python -m benchmarks.scheduler_surrogate --episodes 100 --seeds 0 1 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from models.learned_scheduler import LearnedScheduler
+from models.scheduler_agent import AgentConfig, Episode, SchedulerAgent
+from models.scheduler_features import RoundState, StateNormaliser
+from models.scheduler_reward import episode_rewards
+
+
+@dataclass(frozen=True)
+class MeasuredWorkload:
+    """A training run in miniature whose round times and rounds to J follow a measured sweep.
+
+    rounds_to_j: the sweep's mean rounds to J at each fixed count (interpolated in log I); a
+    seed's difficulty scales them all by exp(N(0, difficulty_spread)). A round takes the
+    learner's learner_base_s + learner_per_actor_s * I plus the slowest actor's actor_s, each
+    with time_noise.
+    """
+
+    name: str
+    target: float
+    rounds_to_j: tuple[tuple[int, float], ...]
+    learner_base_s: float
+    learner_per_actor_s: float
+    actor_s: float
+    difficulty_spread: float
+    max_rounds: int = 100
+    budget: float = 1.0
+    time_noise: float = 0.10
+    usd_per_core_s: float = 1.25e-5
+
+    def rounds_at(self, actors: int) -> float:
+        counts = [c for c, _ in self.rounds_to_j]
+        rounds = [r for _, r in self.rounds_to_j]
+        return float(np.interp(math.log(actors), np.log(counts), rounds))
+
+    def efficiency(self, actors: int) -> float:
+        """Progress per round relative to the count that needs the fewest rounds."""
+        return min(r for _, r in self.rounds_to_j) / self.rounds_at(actors)
+
+    def run(self, scheduler, seed: int) -> dict:
+        rng = np.random.default_rng(seed)
+        work = min(r for _, r in self.rounds_to_j) * math.exp(rng.normal(0.0, self.difficulty_spread))
+        done, ret, best, left = 0.0, math.nan, -math.inf, self.budget
+        learner_s = actor_s = math.nan
+        times, costs, actors_seen = [], [], []
+        for k in range(self.max_rounds):
+            actors = scheduler.choose(RoundState(k, 0.5, ret, 0.01, learner_s, actor_s, left))
+            noise = np.exp(rng.normal(0.0, self.time_noise, size=2))
+            learner_s = (self.learner_base_s + self.learner_per_actor_s * actors) * noise[0]
+            actor_s = self.actor_s * noise[1]
+            times.append(learner_s + actor_s)
+            costs.append(self.usd_per_core_s * (learner_s + actors * actor_s))
+            left -= costs[-1]
+            actors_seen.append(actors)
+            done += self.efficiency(actors) * math.exp(rng.normal(0.0, 0.1))
+            ret = self.target * min(done / work, 1.05) * (1 + rng.normal(0.0, 0.02))
+            best = max(best, ret)
+            if ret >= self.target:
+                break
+        reached = best >= self.target
+        return {"round_times": times, "round_costs": costs, "actors": actors_seen,
+                "decisions": len(scheduler.trace().steps), "target_reached": reached,
+                "budget_spent": False, "best_return": best}
+
+    def rewards(self, outcome: dict, beta: float) -> np.ndarray:
+        return episode_rewards(outcome["round_times"], outcome["decisions"],
+                               target_reached=outcome["target_reached"], budget_spent=False,
+                               best_return=outcome["best_return"], target_return=self.target, beta=beta)
+
+    def normaliser(self) -> StateNormaliser:
+        return StateNormaliser(self.target, self.max_rounds, self.budget)
+
+
+def train(model: MeasuredWorkload, config: AgentConfig, episodes: int, batch: int, seed: int,
+          common_seeds: bool, i_max: int = 32, agent: SchedulerAgent | None = None) -> tuple[SchedulerAgent, list[float]]:
+    """Train (or go on training) an agent; returns it and the mean actors of every episode."""
+    agent = agent or SchedulerAgent(i_max, config, seed=seed)
+    scheduler = LearnedScheduler(agent, model.normaliser(), mode="sample", seed=seed)
+    pending, mean_actors = [], []
+    for e in range(episodes):
+        scheduler.reset()
+        workload_seed = 1000 * seed + (e - e % batch if common_seeds else e)
+        outcome = model.run(scheduler, workload_seed)
+        pending.append(Episode.from_trace(scheduler.trace(), model.rewards(outcome, config.beta)))
+        mean_actors.append(float(np.mean(outcome["actors"])))
+        if len(pending) == batch:
+            agent.update(pending)
+            pending = []
+    return agent, mean_actors
+
+
+def greedy_time(model: MeasuredWorkload, agent: SchedulerAgent, seeds=range(100, 110)) -> tuple[float, float]:
+    """Mean time to J and mean actors of the greedy schedule on held-out workload seeds."""
+    times, actors = [], []
+    for s in seeds:
+        outcome = model.run(LearnedScheduler(agent, model.normaliser(), mode="greedy"), s)
+        times.append(sum(outcome["round_times"]))
+        actors += outcome["actors"]
+    return statistics.mean(times), statistics.mean(actors)
+
+
+def fixed_time(model: MeasuredWorkload, n: int, seeds=range(100, 110)) -> float:
+    class Fixed:
+        def choose(self, state):
+            return n
+
+        def trace(self):
+            return type("T", (), {"steps": ()})()
+
+    return statistics.mean(sum(model.run(Fixed(), s)["round_times"]) for s in seeds)
+
+
+WORKLOADS = {
+    # BENCHMARKS.md "Issue 13: schedulers for Hopper-v5 (the paper's J = 600)": held-out sweep
+    "hopper": MeasuredWorkload("hopper", 600.0, ((1, 12.3), (2, 14.0), (4, 10.0), (8, 10.0), (16, 10.3), (32, 11.0)),
+                               learner_base_s=0.02, learner_per_actor_s=0.12, actor_s=0.12, difficulty_spread=0.35),
+    # BENCHMARKS.md "Issue 13: a cost term in the scheduler's reward": held-out sweep, 5 seeds
+    "cartpole": MeasuredWorkload("cartpole", 475.0, ((1, 37.2), (2, 29.4), (4, 21.0), (8, 8.6), (16, 8.8), (32, 9.0)),
+                                 learner_base_s=0.02, learner_per_actor_s=0.022, actor_s=0.04, difficulty_spread=0.3),
+}
+
+SETTINGS = {
+    "default (lr 1e-3, lambda 0.95, batch 4)": ({}, 4, False),
+    "common seeds": ({}, 4, True),
+    "lambda 0.5, common seeds": ({"gae_lambda": 0.5}, 4, True),
+    "lambda 0, common seeds": ({"gae_lambda": 0.0}, 4, True),
+    "lr 3e-3, lambda 0.5, common seeds": ({"learning_rate": 3e-3, "gae_lambda": 0.5}, 4, True),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="hopper")
+    parser.add_argument("--episodes", type=int, default=100)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--block", type=int, default=20, help="episodes per column of mean actors")
+    parser.add_argument("--setting", action="append", help="only these settings (names above)")
+    parser.add_argument("--agent", type=json.loads, help="one more setting: AgentConfig overrides as JSON")
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--common-seeds", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    model = WORKLOADS[args.workload]
+    settings = {k: v for k, v in SETTINGS.items() if not args.setting or k in args.setting}
+    if args.agent is not None:
+        settings[f"custom {json.dumps(args.agent)}"] = (args.agent, args.batch, args.common_seeds)
+    print("fixed counts, mean time to J on held-out seeds: "
+          + ", ".join(f"{n}: {fixed_time(model, n):.2f} s" for n in (1, 2, 4, 8, 16, 32)))
+    for name, (overrides, batch, common) in settings.items():
+        config = AgentConfig().replace(overrides)
+        for seed in args.seeds:
+            agent, actors = train(model, config, args.episodes, batch, seed, common)
+            blocks = [statistics.mean(actors[i:i + args.block]) for i in range(0, len(actors), args.block)]
+            t, a = greedy_time(model, agent)
+            print(f"{name:45s} seed {seed}: mean actors per {args.block} episodes "
+                  f"{' '.join(f'{b:5.1f}' for b in blocks)} | greedy: {a:4.1f} actors, {t:6.2f} s to J")
+
+
+if __name__ == "__main__":
+    main()
