@@ -154,9 +154,10 @@ WORKLOADS = {
 SETTINGS = {
     "default (lr 1e-3, lambda 0.95, batch 4)": ({}, 4, False),
     "common seeds": ({}, 4, True),
+    "lambda 0.7, common seeds": ({"gae_lambda": 0.7}, 4, True),
     "lambda 0.5, common seeds": ({"gae_lambda": 0.5}, 4, True),
     "lambda 0, common seeds": ({"gae_lambda": 0.0}, 4, True),
-    "lr 3e-3, lambda 0.5, common seeds": ({"learning_rate": 3e-3, "gae_lambda": 0.5}, 4, True),
+    "lr 2e-3, lambda 0.5, common seeds": ({"learning_rate": 2e-3, "gae_lambda": 0.5}, 4, True),
 }
 
 
