@@ -10,6 +10,7 @@ CartPole actor rate 27 s, the three Atari games 51 + 70 + 73 s, round_overhead w
     round-overhead        python -m benchmarks.round_overhead --actors 1 8 32 --rounds 6
     cartpole-vs-sb3       python -m benchmarks.cartpole_vs_sb3 --seeds 0 1 2
     gpu-learner-step      python -m benchmarks.gpu_learner_step --batch 256 --steps 50
+    scheduler-surrogate   python -m benchmarks.scheduler_surrogate --workload hopper --episodes 100 --seeds 0 1 2
 
 Not run here, because each is expected to take well over 10 minutes (not timed as a whole;
 run them by hand):
@@ -52,6 +53,8 @@ QUICK: dict[str, list[str]] = {
     "round-overhead": ["benchmarks.round_overhead", "--actors", "1", "8", "32", "--rounds", "6"],
     "cartpole-vs-sb3": ["benchmarks.cartpole_vs_sb3", "--seeds", "0", "1", "2"],
     "gpu-learner-step": ["benchmarks.gpu_learner_step", "--batch", "256", "--steps", "50"],
+    "scheduler-surrogate": ["benchmarks.scheduler_surrogate", "--workload", "hopper", "--episodes", "100",
+                            "--seeds", "0", "1", "2"],
 }
 
 

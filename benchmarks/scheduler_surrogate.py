@@ -18,7 +18,13 @@ So the best schedule in hindsight is Fixed(1) (as the sweep found), and the ques
 episodes each agent setting needs to find it. Prints, per setting and seed, the mean actors the
 sampling policy chose over each block of episodes and the greedy schedule at the end.
 
-    .venv/bin/python -m benchmarks.scheduler_surrogate --episodes 100 --seeds 0 1 2
+    .venv/bin/python -m benchmarks.scheduler_surrogate --workload hopper --episodes 100 --seeds 0 1 2
+    .venv/bin/python -m benchmarks.scheduler_surrogate --agent '{"gae_lambda": 0.5}' --common-seeds
+    .venv/bin/python -m benchmarks.scheduler_surrogate --transfer --seeds 0 1 2
+
+`--agent` trains only that setting; `--transfer` trains a source on the CartPole surrogate (100
+episodes) and fine-tunes it on the Hopper one (10 episodes in batches of 2) at three learning
+rates, next to Hopper from scratch after 10, 20 and 40 episodes.
 """
 
 from __future__ import annotations
@@ -161,6 +167,30 @@ SETTINGS = {
 }
 
 
+def transfer(seeds: list[int], config: AgentConfig) -> None:
+    """Fine-tuning a CartPole-surrogate scheduler on the Hopper surrogate against Hopper from scratch."""
+    import copy
+
+    source_model, target = WORKLOADS["cartpole"], WORKLOADS["hopper"]
+    for seed in seeds:
+        source, _ = train(source_model, config, 100, 4, seed, True)
+        _, zero_shot = greedy_time(target, source)
+        print(f"seed {seed}: source greedy {greedy_time(source_model, source)[1]:.1f} actors on CartPole, "
+              f"{zero_shot:.1f} on Hopper (zero-shot)")
+        for lr in (1e-3, 5e-3, 1e-2):
+            agent = copy.deepcopy(source)
+            agent.config = agent.config.replace({"learning_rate": lr})
+            for group in agent.optimizer.param_groups:
+                group["lr"] = lr
+            agent, _ = train(target, agent.config, 10, 2, seed + 50, True, agent=agent)
+            t, a = greedy_time(target, agent)
+            print(f"  fine-tuned 10 episodes, lr {lr:g}: greedy {a:4.1f} actors, {t:6.2f} s to J")
+        for episodes in (10, 20, 40):
+            agent, _ = train(target, config, episodes, 4, seed + 50, True)
+            t, a = greedy_time(target, agent)
+            print(f"  from scratch {episodes} episodes:      greedy {a:4.1f} actors, {t:6.2f} s to J")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workload", choices=sorted(WORKLOADS), default="hopper")
@@ -171,10 +201,14 @@ def main() -> None:
     parser.add_argument("--agent", type=json.loads, help="one more setting: AgentConfig overrides as JSON")
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--common-seeds", action="store_true")
+    parser.add_argument("--transfer", action="store_true", help="CartPole surrogate -> Hopper surrogate")
     args = parser.parse_args()
     torch.set_num_threads(1)
     model = WORKLOADS[args.workload]
-    settings = {k: v for k, v in SETTINGS.items() if not args.setting or k in args.setting}
+    if args.transfer:
+        return transfer(args.seeds, AgentConfig().replace(args.agent or {"gae_lambda": 0.5}))
+    settings = {k: v for k, v in SETTINGS.items() if (args.setting or []) == [] and args.agent is None
+                or k in (args.setting or [])}
     if args.agent is not None:
         settings[f"custom {json.dumps(args.agent)}"] = (args.agent, args.batch, args.common_seeds)
     print("fixed counts, mean time to J on held-out seeds: "
