@@ -124,6 +124,9 @@ def test_compare_sweeps_fixed_counts_and_judges_the_learned_scheduler_against_th
     impact_run = MlflowClient(mlflow_uri).get_run(impact.run_id).data.tags
     assert impact_run["mlflow.parentRunId"] == result["run_id"] and impact_run["minionsrl.system"] == "impact"
     assert rows["learned"]["wall_s_mean"] > 0
+    # the fork server was readied before the first run and billed to none (logged on the parent)
+    parent_metrics = MlflowClient(mlflow_uri).get_run(result["run_id"]).data.metrics
+    assert parent_metrics["experiment/worker_server_ready_s"] >= 0
     sweep = [rows["fixed:1"], rows["fixed:2"]]
     assert all(r["reached"] == 1 for r in sweep)
     cheapest = min(sweep, key=lambda r: (r["cost_usd_mean"], r["time_s_mean"]))

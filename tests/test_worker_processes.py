@@ -77,3 +77,22 @@ def test_run_aside_runs_in_another_process_and_returns_its_result_or_its_error(t
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in paths)
     with pytest.raises(ValueError, match="invalid literal"):
         run_aside(int, "not a number").result(timeout=60)
+
+
+def test_a_readied_fork_server_leaves_the_first_pool_only_its_own_forks_to_bill():
+    """Readied first (as an experiment does before its first run), the preload is not in the
+    first pool's start-up: a fresh process, so that no earlier test has started the server."""
+    import subprocess
+
+    code = ("from tasks.worker_processes import ready_worker_server\n"
+            "from tasks.local_pool import LocalActorPool\n"
+            "ready_s = ready_worker_server()\n"
+            "pool = LocalActorPool(workers=1, warm_env_id='CartPole-v1')\n"
+            "pool.wait_ready()\n"
+            "print(ready_s, pool.take_startup_s())\n"
+            "pool.close()\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    ready_s, first_pool_boot_s = map(float, out.stdout.split()[-2:])
+    # the preload imports torch and gymnasium (seconds); a fork from it builds one CartPole
+    assert 0 < first_pool_boot_s < ready_s / 2

@@ -58,6 +58,7 @@ from models.report import (  # noqa: E402
     table_due,
 )
 from models.session import RunSummary  # noqa: E402
+from tasks.worker_processes import ready_worker_server  # noqa: E402
 
 DEFAULT_EXPERIMENT = "minionsrl-experiments"
 FINISHED_DIR = "finished_runs"
@@ -130,10 +131,17 @@ class Experiment:
             self.tracker.finish("FAILED" if exc_type else "FINISHED")
 
     def plan(self, runs: int) -> None:
-        """The runs this experiment will make (its progress is runs done of these); publishing starts here."""
+        """The runs this experiment will make (its progress is runs done of these); publishing starts here.
+
+        The first call also readies the actors' fork server, so that its preload is billed to
+        no run: left to the first run, it would be that run's start-up alone (BENCHMARKS.md,
+        issue 13), and every later run forks from it warm."""
         self.planned = runs
         if self._artifacts is None:
             self._artifacts = ArtifactPublisher(self.run_id, _run_logger(self.name))
+            ready_s = ready_worker_server()
+            self.tracker.log_metrics({"experiment/worker_server_ready_s": ready_s}, step=0)
+            _run_logger(self.name).info("actor fork server ready in %.2fs (billed to no run)", ready_s)
         self._publish_progress()
 
     def count_done(self, runs: int, result: str) -> None:
