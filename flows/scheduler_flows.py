@@ -147,6 +147,9 @@ def train_scheduler(
     local_workers: int | None = None,
     backend: str | None = None,
     backend_options: dict[str, Any] | None = None,
+    eval_every: int | None = None,
+    eval_episodes: int | None = None,
+    stop_at_eval: bool | None = None,
     seed: int = 0,
     common_seeds: bool = False,
     tracking_uri: str | None = None,
@@ -185,6 +188,11 @@ def train_scheduler(
             cluster (backend_options {"dask_address": ...}) and concurrency > 1, several episodes'
             actors share the cluster while each episode's learner runs in this flow's process.
         backend_options: that backend's options (tasks/backends.py).
+        eval_every: every this many rounds (and at the end) each episode's workload plays whole
+            deterministic episodes; default off.
+        eval_episodes: episodes of each of those evaluations (default 5).
+        stop_at_eval: judge J on those evaluations instead of R_k, so that a schedule of few
+            actors cannot reach J on one lucky episode; needs eval_every.
         seed: episode e trains the workload with seed + e (and samples actions with it).
         common_seeds: the episodes of a batch train the workload on one seed (seed + the batch's
             first episode), each sampling its schedule with its own seed (seed + e): common random
@@ -206,7 +214,8 @@ def train_scheduler(
         overrides["learning_rate"] = learning_rate
     workload = SchedulerWorkload(env=env, i_max=i_max, preset=preset, target_return=target_return,
                                  budget_usd=budget_usd, max_rounds=max_rounds, fragment=fragment, ppo=ppo,
-                                 local_workers=local_workers, backend=backend, backend_options=backend_options)
+                                 local_workers=local_workers, backend=backend, backend_options=backend_options,
+                                 eval_every=eval_every, eval_episodes=eval_episodes, stop_at_eval=stop_at_eval)
     workload = workload.with_target(scheduler_target(workload))
     if workload.target_return != target_return:
         logger.info("%s: J = %s (the preset's, else gymnasium's reward_threshold)", env, workload.target_return)
@@ -339,7 +348,8 @@ def finetune_scheduler(
         batch_episodes: episodes per PPO update of the scheduler.
         options: any other train-scheduler parameter (output, beta, learning_rate, agent,
             i_max, preset, target_return, budget_usd, max_rounds, fragment, ppo, local_workers,
-            backend, backend_options, seed, tracking_uri, experiment, checkpoint_dir), validated by
+            backend, backend_options, eval_every, eval_episodes, stop_at_eval, seed, tracking_uri,
+            experiment, checkpoint_dir), validated by
             that flow.
     """
     return train_scheduler(env=env, episodes=episodes, batch_episodes=batch_episodes, init_from=source,
@@ -350,14 +360,28 @@ def finetune_scheduler(
 
 CLI_WORKLOAD = (("i_max", int), ("preset", str), ("target_return", float), ("budget_usd", float), ("max_rounds", int),
                 ("fragment", int), ("ppo", json.loads), ("local_workers", int), ("backend", str),
-                ("backend_options", json.loads), ("tracking_uri", str))
+                ("backend_options", json.loads), ("eval_every", int), ("eval_episodes", int), ("stop_at_eval", bool),
+                ("tracking_uri", str))
 """Options a command passes on to every `train` run it starts (and the MLflow store); --ppo and
---backend-options are JSON, e.g. '{"learning_rate": 0.001}', '{"dask_address": "tcp://host:8786"}'."""
+--backend-options are JSON, e.g. '{"learning_rate": 0.001}', '{"dask_address": "tcp://host:8786"}';
+--stop-at-eval is a switch."""
+
+WORKLOAD_HELP = {
+    "eval_every": "every run also plays whole deterministic episodes every this many rounds and at its end "
+                  "(eval/... in MLflow: the return and, on MuJoCo, how far the body moved); default off",
+    "eval_episodes": "episodes of each of those evaluations (default 5)",
+    "stop_at_eval": "judge J on those evaluations instead of R_k (the mean return of the episodes that ended "
+                    "in a round, a single episode at one actor); needs --eval-every",
+}
 
 
 def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
     for name, kind in CLI_WORKLOAD:
-        parser.add_argument(f"--{name.replace('_', '-')}", type=kind)
+        flag = f"--{name.replace('_', '-')}"
+        if kind is bool:
+            parser.add_argument(flag, action="store_true", default=None, help=WORKLOAD_HELP.get(name))
+        else:
+            parser.add_argument(flag, type=kind, help=WORKLOAD_HELP.get(name))
 
 
 def workload_arguments(args: argparse.Namespace, *more: str) -> dict[str, Any]:

@@ -47,6 +47,15 @@ class SchedulerWorkload:
     """Where the episodes' actors run: local (default), dask, ... (tasks/backends.py)."""
     backend_options: dict[str, Any] | None = None
     """That backend's options, e.g. {"dask_address": "tcp://scheduler:8786"} for dask."""
+    eval_every: int | None = None
+    """Every this many rounds (and at the end) the workload's policy plays whole deterministic
+    episodes (None: off, `train`'s default)."""
+    eval_episodes: int | None = None
+    """Episodes of each of those evaluations (None: `train`'s default, 5)."""
+    stop_at_eval: bool | None = None
+    """J is judged on those evaluations, not on R_k (the mean return of the episodes that ended
+    in a round): with few actors R_k holds a single episode, and a lucky one ends the episode
+    early, which a scheduler learns to exploit (BENCHMARKS.md issue 13). Needs eval_every."""
 
     def train_parameters(self) -> dict[str, Any]:
         """Keyword arguments of the `train` flow."""

@@ -241,10 +241,12 @@ def test_a_resumed_compare_keeps_its_finished_runs_and_runs_only_the_rest(prefec
                     "eval_seeds": None, "experiment": None}),
     (["transfer", "--env", "Acrobot-v1", "--finetune-episodes", "1", "--scratch-episodes", "2",
       "--batch-episodes", "1", "--seeds", "1000", "1001", "--target-return", "-100", "--i-max", "4",
-      "--max-rounds", "2", "--fragment", "128", "--local-workers", "1", "--tracking-uri", "sqlite:///x.db"],
+      "--max-rounds", "2", "--fragment", "128", "--local-workers", "1", "--tracking-uri", "sqlite:///x.db",
+      "--eval-every", "5", "--stop-at-eval"],
      {"source": "cartpole", "finetune_episodes": 1, "scratch_episodes": 2, "eval_seeds": [1000, 1001],
       "experiment": None, "env": "Acrobot-v1", "batch_episodes": 1, "target_return": -100.0, "i_max": 4,
-      "max_rounds": 2, "fragment": 128, "local_workers": 1, "tracking_uri": "sqlite:///x.db"}),
+      "max_rounds": 2, "fragment": 128, "local_workers": 1, "tracking_uri": "sqlite:///x.db",
+      "eval_every": 5, "stop_at_eval": True}),
 ])
 def test_transfer_command_line(monkeypatch, capsys, argv, expected):
     from flows.experiments import cli
@@ -306,7 +308,6 @@ def test_each_command_runs_its_flow(monkeypatch, capsys, argv, flow_name, expect
 @pytest.mark.parametrize(("argv", "says"), [
     (["transfer", "--resume-run-id", "abc"], "transfer cannot be resumed as a whole"),
     (["motivation", "--more-learned", "a=b.pt"], "--more-learned is for compare"),
-    (["transfer", "--eval-every", "5"], "--eval-every and --eval-episodes are"),
     (["compare", "--more-learned", "no-checkpoint"], "expected LABEL=CHECKPOINT"),
 ])
 def test_command_line_refuses_options_its_experiment_cannot_take(capsys, argv, says):

@@ -166,12 +166,13 @@ def test_scheduler_training_falls_back_to_gymnasiums_threshold(env, expected):
     (["finetune", "--source", "runs:/abc/scheduler/scheduler.pt", "--env", "Acrobot-v1", "--episodes", "3",
       "--i-max", "8", "--preset", "locomotion", "--target-return", "-100", "--tracking-uri", "sqlite:///x.db", "--concurrency", "2",
       "--backend", "dask", "--backend-options", '{"dask_address": "tcp://10.0.0.5:8786"}', "--common-seeds",
-      "--agent", '{"gae_lambda": 0.5}'],
+      "--agent", '{"gae_lambda": 0.5}', "--eval-every", "2", "--eval-episodes", "3", "--stop-at-eval"],
      "finetune_scheduler",
      {"source": "runs:/abc/scheduler/scheduler.pt", "concurrency": 2, "output": None, "beta": 0.1, "cost_weight": 0.0,
       "learning_rate": None, "agent": {"gae_lambda": 0.5}, "seed": 0, "common_seeds": True, "experiment": None, "env": "Acrobot-v1", "episodes": 3, "i_max": 8,
       "preset": "locomotion", "target_return": -100.0, "tracking_uri": "sqlite:///x.db", "backend": "dask",
-      "backend_options": {"dask_address": "tcp://10.0.0.5:8786"}}),
+      "backend_options": {"dask_address": "tcp://10.0.0.5:8786"}, "eval_every": 2, "eval_episodes": 3,
+      "stop_at_eval": True}),
 ])
 def test_scheduler_command_line(monkeypatch, argv, flow_name, expected):
     """Options left out reach the flows as their defaults (train: CartPole-v1, 60 episodes, ...)."""
@@ -191,6 +192,37 @@ def test_scheduler_command_line(monkeypatch, argv, flow_name, expected):
     monkeypatch.setattr(scheduler_flows, "prefect_api", contextlib.nullcontext)
     assert scheduler_flows.main(argv) == 0
     assert seen == expected
+
+
+def test_a_scheduler_workload_can_judge_j_on_evaluations(prefect_api_url, mlflow_uri, tmp_path):
+    """stop_at_eval: each episode's run stops on an evaluation's mean return, not on R_k, and the
+    checkpoint records it; without eval_every it is refused before any run."""
+    from flows.scheduler_flows import train_scheduler
+    from models.config import ConfigError
+    from models.learned_scheduler import load_scheduler
+
+    client = MlflowClient(mlflow_uri)
+    with pytest.raises(ConfigError, match="stop_at_eval judges J on the periodic evaluations"):
+        train_scheduler(episodes=1, batch_episodes=1, stop_at_eval=True, tracking_uri=mlflow_uri,
+                        checkpoint_dir=str(tmp_path), **TINY)
+    assert client.search_experiments(filter_string="name LIKE 'minionsrl-scheduler%'") == []
+
+    # J=15: a fresh CartPole policy's deterministic episodes last about 10-40 steps
+    result = train_scheduler(episodes=1, batch_episodes=1, eval_every=1, eval_episodes=2, stop_at_eval=True,
+                             target_return=15.0, tracking_uri=mlflow_uri, checkpoint_dir=str(tmp_path), **TINY)
+    (episode,) = result.episodes
+    run = client.get_run(episode.run_id)
+    assert (run.data.params["stop_at_eval"], run.data.params["eval_every"]) == ("True", "1")
+    evaluated = {m.step: m.value for m in client.get_metric_history(episode.run_id, "eval/return_mean")}
+    assert evaluated and set(evaluated) <= {0, 1}
+    if episode.target_reached:
+        assert "the evaluation after round" in run.data.tags["minionsrl.stop_detail"]
+        assert max(evaluated.values()) >= 15.0
+    else:
+        assert all(v < 15.0 for v in evaluated.values())
+    _, _, meta = load_scheduler(result.checkpoint)
+    workload = meta.trained_on[0].workload
+    assert (workload.eval_every, workload.eval_episodes, workload.stop_at_eval) == (1, 2, True)
 
 
 def test_common_seeds_give_a_batch_one_workload_seed_and_a_resume_keeps_its_env(prefect_api_url, mlflow_uri,

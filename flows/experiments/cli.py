@@ -40,10 +40,6 @@ def parser() -> argparse.ArgumentParser:
                         "(e.g. scratch=hopper-scratch.pt zero-shot=cartpole-v2)")
     p.add_argument("--resume-run-id", help="compare, motivation, actors-curve: the MLflow parent run of "
                                            "the same command stopped before it finished; its finished runs are kept")
-    p.add_argument("--eval-every", type=int, help="compare, motivation, actors-curve: every run also plays "
-                   "whole deterministic episodes every this many rounds and at its end (eval/... in MLflow: "
-                   "the return and, on MuJoCo, how far the body moved); default off")
-    p.add_argument("--eval-episodes", type=int, help="episodes of each of those evaluations (default 5)")
     p.add_argument("--experiment-name")
     p.add_argument("--verbose", action="store_true", help="show every task run's and round's log lines too")
     add_workload_arguments(p)
@@ -66,13 +62,8 @@ def main(argv: list[str] | None = None) -> int:
                   "`python -m flows.scheduler_flows train --resume-run-id`")
     if args.more_learned and args.experiment != "compare":
         cli.error("--more-learned is for compare")
-    if args.experiment == "transfer" and (args.eval_every is not None or args.eval_episodes is not None):
-        cli.error("transfer's runs take the scheduler workload only: --eval-every and --eval-episodes are "
-                  "for compare, motivation and actors-curve")
     quiet_console(args.verbose)  # one line per round and per run; everything still reaches Prefect
     more = ("env", "batch_episodes") if args.experiment == "transfer" else ("env",)
-    if args.experiment != "transfer":
-        more += ("eval_every", "eval_episodes")
     options = {"experiment": args.experiment_name, **workload_arguments(args, *more)}
     with prefect_api():
         if args.experiment == "compare":
