@@ -354,3 +354,21 @@ def test_an_experiment_reads_unset_settings_from_the_env_preset(mlflow_uri):
         assert exp.setting("i_max") == preset.i_max == 32  # not given: the preset's
         assert exp.setting("fragment") == 128  # given
         assert exp.setting("max_rounds") == preset.max_rounds
+
+
+def test_compare_plots_each_learned_schedulers_actors_per_round_on_every_seed():
+    import matplotlib.pyplot as plt
+
+    from flows.experiments.compare import learned_schedules
+    from tests.test_experiment_stats import _summary
+
+    runs = {"learned": [_summary(1.0, 0.1, True, [8, 4, 2], seed=0), _summary(1.0, 0.1, True, [8, 8], seed=1)],
+            "scratch": [_summary(1.0, 0.1, True, [16], seed=0)]}
+    fig, ax = plt.subplots()
+    learned_schedules(ax, runs, i_max=32)
+    lines = ax.get_lines()
+    # a step line per run, the last round drawn to its end; one legend entry per scheduler
+    assert [list(line.get_ydata()) for line in lines] == [[8, 4, 2, 2], [8, 8, 8], [16, 16]]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["learned", "scratch"]
+    assert ax.get_ylim() == (0, 33)
+    plt.close(fig)

@@ -12,7 +12,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 from prefect import flow, get_run_logger
 
-from flows.experiments.common import LEARNED, Experiment, bars, learned_spec
+from flows.experiments.common import LEARNED, Experiment, actor_steps, bars, learned_spec
 from flows.impact import prepare_impact
 from models.config import SYSTEM_CLUSTER, ConfigError
 from models.cost import PriceTable
@@ -151,10 +151,11 @@ def compare_schedulers(
             checks.update(judged_checks)
         exp.tracker.log_metrics(metrics, step=0)
 
-        fig, (ax_t, ax_c) = plt.subplots(1, 2, figsize=(11, 4))
+        fig, (ax_t, ax_c, ax_a) = plt.subplots(1, 3, figsize=(16, 4))
         bars(ax_t, rows, "time_s", "time to stop, sum of P_k (s)")
         bars(ax_c, rows, "cost_usd", "cost (USD)")
         ax_c.set_yscale("log")
+        learned_schedules(ax_a, {label: runs[label] for label in ("learned", *more_learned)}, i_max)
         fig.suptitle(f"{env}: schedulers over seeds {seeds} (mean ± std; reached J: "
                      + ", ".join(f"{r.label} {r.reached}/{r.runs}" for r in rows) + ")",
                      fontsize=9)
@@ -170,6 +171,17 @@ def compare_schedulers(
         out = exp.publish(fig, rows, md, results)
         return {"rows": [r.as_dict() for r in rows], "metrics": metrics, "checks": checks, **out, "runs": runs,
                 "impact_runs": impact_runs}
+
+
+def learned_schedules(ax, runs: dict[str, list[RunSummary]], i_max: int) -> None:
+    """Issue 13's point 2: each learned scheduler's actors per round, one line per seed."""
+    for i, (label, summaries) in enumerate(runs.items()):
+        for j, s in enumerate(summaries):
+            actor_steps(ax, s, color=f"C{i}", alpha=0.7, label=label if j == 0 else None)
+    ax.set_xlabel("round k")
+    ax.set_ylabel("actors I_k (learned, every seed)")
+    ax.set_ylim(0, i_max + 1)
+    ax.legend(fontsize=7)
 
 
 def judge_learned(label: str, by: dict[str, AggregateRow], best: AggregateRow | None
