@@ -236,6 +236,19 @@ def best_fixed(rows: Sequence[AggregateRow]) -> AggregateRow | None:
     return min(candidates, key=lambda r: (r.cost_usd_mean, r.time_s_mean))
 
 
+def same_schedule_as(learned: Sequence[RunSummary], fixed: Mapping[str, Sequence[RunSummary]]) -> str | None:
+    """The Fixed(N) row whose run on every seed chose the same actors in every round as `learned`'s
+    run on that seed (a constant learned scheduler is that count), or None. Same seed and same
+    rounds make the same training, so such a pair's cost and time differ only by the machine's
+    speed between the two runs: the reader of a compare must know it before reading the ratio."""
+    mine = [[h.actors for h in s.history] for s in learned]
+    for label, runs in fixed.items():
+        if label.startswith("fixed:") and len(runs) == len(mine) and mine and all(
+                [h.actors for h in s.history] == actors for s, actors in zip(runs, mine, strict=True)):
+            return label
+    return None
+
+
 COST_TOLERANCE = 0.05
 """Issue 13: the learned scheduler's cost within 5% of the best fixed N, at no more time."""
 

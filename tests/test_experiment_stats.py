@@ -212,3 +212,18 @@ def test_judged_against_the_best_fixed_count():
                       "reached J on every seed": True}
     assert not judge_against_best_fixed(_row("learned", 0.5, 10.5), best)["time <= best fixed (fixed:8)"]
     assert not judge_against_best_fixed(_row("learned", 0.5, 5.0, reached=2), best)["reached J on every seed"]
+
+
+def test_a_learned_scheduler_that_is_a_fixed_count_is_named_as_that_count():
+    from models.experiment_stats import same_schedule_as
+
+    learned = [_summary(1.0, 0.1, True, [1, 1, 1]), _summary(1.2, 0.1, True, [1, 1], seed=1)]
+    fixed = {"max": [_summary(9.0, 1.0, True, [1, 1, 1]), _summary(9.0, 1.0, True, [1, 1], seed=1)],
+             "fixed:4": [_summary(2.0, 0.4, True, [4, 4]), _summary(2.0, 0.4, True, [4, 4], seed=1)],
+             "fixed:1": [_summary(1.1, 0.1, True, [1, 1, 1]), _summary(1.0, 0.1, True, [1, 1], seed=1)]}
+    assert same_schedule_as(learned, fixed) == "fixed:1"  # `max` has the same rounds but is no Fixed(N) row
+    # one round more on one seed, or one seed fewer, is another schedule
+    assert same_schedule_as(learned, {"fixed:1": [fixed["fixed:1"][0], _summary(1.0, 0.1, True, [1, 1, 1], seed=1)]}) is None
+    assert same_schedule_as(learned, {"fixed:1": fixed["fixed:1"][:1]}) is None
+    assert same_schedule_as([_summary(1.0, 0.1, True, [1, 2, 1])], {"fixed:1": [_summary(1.0, 0.1, True, [1, 1, 1])]}) is None
+    assert same_schedule_as([], {"fixed:1": []}) is None

@@ -136,6 +136,9 @@ def test_compare_sweeps_fixed_counts_and_judges_the_learned_scheduler_against_th
     assert m["learned_vs_best_fixed/cost_ratio"] == pytest.approx(
         rows["learned"]["cost_usd_mean"] / cheapest["cost_usd_mean"])
     assert f"time <= best fixed ({cheapest['scheduler']})" in result["checks"]
+    # every run stops at round 0, so the learned scheduler's one round is Fixed(its count)'s: said so
+    (only_round,) = result["runs"]["learned"][0].history
+    assert result["same_schedule_as"] == {"learned": f"fixed:{only_round.actors}"}
 
     # while it ran: the experiment's progress (5 runs planned: learned, fixed:1, fixed:2, the cluster,
     # IMPACT) and run table (its `train` runs)

@@ -310,7 +310,10 @@ def bars(ax, rows: Sequence[AggregateRow], key: str, ylabel: str) -> None:
     ax.bar([r.label for r in rows], [r.value(f"{key}_mean") for r in rows],
            yerr=[r.value(f"{key}_std") for r in rows], capsize=4, color=[f"C{i}" for i in range(len(rows))])
     ax.set_ylabel(ylabel)
-    ax.tick_params(axis="x", rotation=20)
+    # right-aligned slanted labels: long ones ("server cluster without start-up") overlap otherwise
+    for label in ax.get_xticklabels():
+        label.set_rotation(35)
+        label.set_horizontalalignment("right")
 
 
 def actor_steps(ax, summary: RunSummary, **style: Any) -> None:

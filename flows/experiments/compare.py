@@ -27,6 +27,7 @@ from models.experiment_stats import (
     mean_std,
     metric_label,
     row_metrics,
+    same_schedule_as,
     stripped,
 )
 from models.impact import ImpactSummary
@@ -149,6 +150,11 @@ def compare_schedulers(
             judged_metrics, judged_checks = judge_learned(label, by, best)
             metrics.update(judged_metrics)
             checks.update(judged_checks)
+        # a learned scheduler that is a constant Fixed(N): its gap to that row is the machine's noise
+        twins = {label: same_schedule_as(runs[label], runs) for label in ("learned", *more_learned)}
+        twins = {label: fixed for label, fixed in twins.items() if fixed is not None}
+        for label, fixed in twins.items():
+            logger.info("%s chose the same actors in every round as %s on every seed", label, fixed)
         exp.tracker.log_metrics(metrics, step=0)
 
         fig, (ax_t, ax_c, ax_a) = plt.subplots(1, 3, figsize=(16, 4))
@@ -164,13 +170,16 @@ def compare_schedulers(
               "cost bills execution seconds (actors, learner on its own device, start-up); the server "
               "cluster, and IMPACT on it, are billed for all wall time, shown with and without the "
               "cluster's assumed start-up.\n\n"
-              + "\n".join(f"- {k}: {'yes' if v else 'no'}" for k, v in checks.items()))
+              + "\n".join(f"- {k}: {'yes' if v else 'no'}" for k, v in checks.items())
+              + "".join(f"\n- {label} chose the same actors in every round as {fixed} on every seed: "
+                        "the same training, so their cost and time differ only by this machine's noise"
+                        for label, fixed in twins.items()))
         runs["server cluster"] = cluster_runs
-        results = {"metrics": metrics, "checks": checks, "runs": stripped(runs),
+        results = {"metrics": metrics, "checks": checks, "same_schedule_as": twins, "runs": stripped(runs),
                    "impact_runs": [dataclasses.asdict(s) for s in impact_runs]}
         out = exp.publish(fig, rows, md, results)
-        return {"rows": [r.as_dict() for r in rows], "metrics": metrics, "checks": checks, **out, "runs": runs,
-                "impact_runs": impact_runs}
+        return {"rows": [r.as_dict() for r in rows], "metrics": metrics, "checks": checks, "same_schedule_as": twins,
+                **out, "runs": runs, "impact_runs": impact_runs}
 
 
 def learned_schedules(ax, runs: dict[str, list[RunSummary]], i_max: int) -> None:
