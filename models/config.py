@@ -185,7 +185,7 @@ class RunConfig:
     env_id: str
     """Gymnasium env id (or 'module:Class')."""
     scheduler: str
-    """Scheduler spec: fixed:N, max, adapt, increase:..., decrease:..., learned[:source][:sample]."""
+    """Scheduler spec: fixed:N, max, adapt, increase:..., decrease:..., switch:..., learned[:source][:sample]."""
     target_return: float
     """J: stop once a round's mean completed-episode return reaches it."""
     budget_usd: float

@@ -1,7 +1,7 @@
 """Actor-count schedulers: the Scheduler protocol, the heuristic schedulers and make_scheduler.
 
 A scheduler maps the 7-number RoundState (models/scheduler_features.py, re-exported here) to
-I_k in [1, I_max]. The heuristics (fixed, max, adapt, increase, decrease) live here; the learned
+I_k in [1, I_max]. The heuristics (fixed, max, adapt, increase, decrease, switch) live here; the learned
 scheduler (models/learned_scheduler.py) implements the same protocol. Every scheduler plugs
 into the one round loop (flows/session.py).
 """
@@ -16,7 +16,7 @@ from models.config import ConfigError
 from models.learned_scheduler import is_learned_spec, make_learned_scheduler, parse_learned_spec
 from models.scheduler_features import RoundState
 
-__all__ = ["Adapt", "Fixed", "Max", "Ramp", "RoundState", "Scheduler", "clip_actors", "make_scheduler"]
+__all__ = ["Adapt", "Fixed", "Max", "Ramp", "RoundState", "Scheduler", "Switch", "clip_actors", "make_scheduler"]
 
 
 class Scheduler(Protocol):
@@ -119,9 +119,42 @@ class Ramp(_Stateless):
         return clip_actors(self.start + self.direction * self.step * block, self.i_max)
 
 
+class Switch:
+    """Switch(before, after, percent): `before` actors until a round's mean return reaches
+    `percent`% of J, then `after` for the rest of the run. The simplest schedule that depends on
+    training progress: issue 13 asks whether one beats the best constant count."""
+
+    def __init__(self, before: int, after: int, percent: int, target_return: float, i_max: int):
+        if not (1 <= before <= i_max and 1 <= after <= i_max):
+            raise ConfigError(f"switch:{before}:{after}:{percent} needs both counts in [1, i_max ({i_max})]")
+        if not 0 < percent <= 100:
+            raise ConfigError(f"switch:{before}:{after}:{percent}: the percent of J must be in (0, 100]")
+        if target_return <= 0:
+            raise ConfigError("the switch scheduler needs a positive target_return")
+        self.before, self.after, self.threshold = before, after, percent / 100 * target_return
+        self.name = f"switch{before}to{after}at{percent}"
+        self.switched = False
+
+    def choose(self, state: RoundState) -> int:
+        if state.round_index > 0 and math.isfinite(state.last_return) and state.last_return >= self.threshold:
+            self.switched = True  # for good: one lucky round is enough, as with R_k and J
+        return self.after if self.switched else self.before
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"switched": self.switched}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.switched = bool(state["switched"])
+
+
+SPECS = ("fixed:N, max, adapt, increase:N[:step[:every]], decrease:N[:step[:every]], "
+         "switch:before:after:percent_of_J or learned[:<path or MLflow URI>][:sample]")
+
+
 def make_scheduler(spec: str, i_max: int, max_rounds: int, target_return: float,
                    budget_usd: float | None = None, seed: int = 0) -> Scheduler:
-    """Parse 'fixed:N', 'max', 'adapt', 'increase:N[:step[:every]]', 'decrease:N[:step[:every]]'.
+    """Parse 'fixed:N', 'max', 'adapt', 'increase:N[:step[:every]]', 'decrease:N[:step[:every]]',
+    'switch:before:after:percent' (of J).
 
     budget_usd and seed are for schedulers that need them (the learned scheduler).
     'learned[:<path>][:sample]' loads a trained scheduler (models/learned_scheduler.py); without a
@@ -146,6 +179,6 @@ def make_scheduler(spec: str, i_max: int, max_rounds: int, target_return: float,
     if name in ("increase", "decrease") and 1 <= len(numbers) <= 3:
         direction = 1 if name == "increase" else -1
         return Ramp(numbers[0], i_max, max_rounds, direction, *numbers[1:])
-    raise ConfigError(
-        f"unknown scheduler {spec!r}; use fixed:N, max, adapt, increase:N[:step[:every]], "
-        "decrease:N[:step[:every]] or learned[:<path or MLflow URI>][:sample]")
+    if name == "switch" and len(numbers) == 3:
+        return Switch(*numbers, target_return=target_return, i_max=i_max)
+    raise ConfigError(f"unknown scheduler {spec!r}; use {SPECS}")

@@ -208,6 +208,10 @@ def test_make_scheduler_passes_its_arguments():
         ("fixed:8.5", "integers"),
         ("fixed:0", "i_max"),
         ("fixed:33", "i_max"),
+        ("switch:8:1", "unknown scheduler"),  # needs the percent of J
+        ("switch:8:33:50", "i_max"),
+        ("switch:8:1:0", "percent"),
+        ("switch:8:1:101", "percent"),
     ],
 )
 def test_make_scheduler_errors(spec, match):
@@ -248,3 +252,16 @@ def test_models_have_no_import_cycle():
 
     for name in sorted(graph):
         visit(name)
+
+
+def test_switch_runs_its_first_count_until_a_round_returns_the_percent_of_j_then_the_second():
+    sched = make_scheduler("switch:8:1:60", 32, 40, 475.0)
+    assert sched.name == "switch8to1at60"
+    state = lambda k, ret: RoundState(k, 0.1, ret, 0.01, 0.2, 0.3, 0.04)  # noqa: E731
+    # round 0 has no return yet; 284 < 0.6 x 475 = 285 keeps 8; 285 switches, for good
+    assert [sched.choose(state(0, math.nan)), sched.choose(state(1, 100.0)), sched.choose(state(2, 284.0))] == [8, 8, 8]
+    assert [sched.choose(state(3, 285.0)), sched.choose(state(4, 50.0))] == [1, 1]
+    resumed = make_scheduler("switch:8:1:60", 32, 40, 475.0)
+    resumed.load_state_dict(sched.state_dict())  # a resumed run stays switched
+    assert resumed.choose(state(5, 10.0)) == 1
+    assert make_scheduler("switch:1:8:90", 32, 40, 475.0).choose(state(1, 500.0)) == 8
