@@ -193,7 +193,8 @@ def train(
 
     Args:
         env: gymnasium env id or 'module:EnvName' (default CartPole-v1).
-        scheduler: fixed:N, max, adapt, increase:N[:step[:every]], decrease:N[:step[:every]], switch:A:B:P (A actors until R_k reaches P% of J, then B) or
+        scheduler: fixed:N, max, adapt, increase:N[:step[:every]], decrease:N[:step[:every]],
+            switch:A:B:P (A actors until R_k reaches P% of J, then B) or
             learned[:<path, packaged name or MLflow URI>][:sample]; an MLflow URI is downloaded
             from this run's tracking_uri (into checkpoint_dir/scheduler-artifacts).
         target_return: J; training stops once a round's mean episode return reaches it.

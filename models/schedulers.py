@@ -147,7 +147,7 @@ class Switch:
         self.switched = bool(state["switched"])
 
 
-SPECS = ("fixed:N, max, adapt, increase:N[:step[:every]], decrease:N[:step[:every]], "
+SCHEDULER_SPECS = ("fixed:N, max, adapt, increase:N[:step[:every]], decrease:N[:step[:every]], "
          "switch:before:after:percent_of_J or learned[:<path or MLflow URI>][:sample]")
 
 
@@ -181,4 +181,4 @@ def make_scheduler(spec: str, i_max: int, max_rounds: int, target_return: float,
         return Ramp(numbers[0], i_max, max_rounds, direction, *numbers[1:])
     if name == "switch" and len(numbers) == 3:
         return Switch(*numbers, target_return=target_return, i_max=i_max)
-    raise ConfigError(f"unknown scheduler {spec!r}; use {SPECS}")
+    raise ConfigError(f"unknown scheduler {spec!r}; use {SCHEDULER_SPECS}")
