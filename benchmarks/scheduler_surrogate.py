@@ -22,6 +22,10 @@ sampling policy chose over each block of episodes and the greedy schedule at the
     .venv/bin/python -m benchmarks.scheduler_surrogate --agent '{"gae_lambda": 0.5}' --common-seeds
     .venv/bin/python -m benchmarks.scheduler_surrogate --transfer --seeds 0 1 2
 
+`--workload cartpole-2phase` (`TwoPhaseWorkload`) is CartPole-v1 as the switch compares measured
+it, where the best schedule depends on progress (8 actors, then 1): can the agent learn a
+schedule that depends on the state, and in how many episodes?
+
 `--agent` trains only that setting; `--transfer` trains a source on the CartPole surrogate (100
 episodes) and fine-tunes it on the Hopper one (10 episodes in batches of 2) at three learning
 rates, next to Hopper from scratch after 10, 20 and 40 episodes.
@@ -42,7 +46,7 @@ from models.learned_scheduler import LearnedScheduler
 from models.scheduler_agent import AgentConfig, Episode, SchedulerAgent
 from models.scheduler_features import RoundState, StateNormaliser
 from models.scheduler_reward import episode_rewards
-from models.schedulers import Fixed
+from models.schedulers import Fixed, Switch
 
 
 @dataclass(frozen=True)
@@ -110,6 +114,69 @@ class MeasuredWorkload:
         return StateNormaliser(self.target, self.max_rounds, self.budget)
 
 
+@dataclass(frozen=True)
+class TwoPhaseWorkload:
+    """CartPole-v1 as the switch compares measured it: a schedule that depends on progress wins.
+
+    A latent skill s grows each round from 0 to 1 (J), at early_rates[I] per round while s < knee
+    and at late_rate for every count after (one actor's single-episode R_k reaches J as soon as
+    a larger batch's mean does); R_k = J s^shape (CartPole's return rises late). Calibrated on
+    BENCHMARKS.md "a two-phase schedule against the constants" (held-out seeds 100-104): rounds
+    to J 26.7 at Fixed(1), 8.8 at Fixed(8) and at switch:8:1:30, 12.1 at switch:8:1:15 (measured
+    27, 8.8, 8.8, 13.4). Round times as `MeasuredWorkload` "cartpole". Best schedule: 8 (or 16)
+    actors until R_k ~ 0.3 J, then 1, about 0.75x Fixed(1)'s time, as measured (0.69-0.81x).
+    """
+
+    name: str = "cartpole-2phase"
+    target: float = 475.0
+    knee: float = 0.70
+    shape: float = 3.4
+    early_rates: tuple[tuple[int, float], ...] = ((1, 0.0287), (2, 0.029), (4, 0.043), (8, 0.113),
+                                                   (16, 0.13), (32, 0.125))
+    late_rate: float = 0.114
+    learner_base_s: float = 0.02
+    learner_per_actor_s: float = 0.022
+    actor_s: float = 0.04
+    difficulty_spread: float = 0.3
+    max_rounds: int = 60
+    budget: float = 1.0
+    time_noise: float = 0.10
+    usd_per_core_s: float = 1.25e-5
+
+    def rate(self, actors: int, skill: float) -> float:
+        if skill >= self.knee:
+            return self.late_rate
+        counts = [c for c, _ in self.early_rates]
+        return float(np.interp(math.log(actors), np.log(counts), [r for _, r in self.early_rates]))
+
+    def run(self, scheduler, seed: int) -> dict:
+        rng = np.random.default_rng(seed)
+        work = math.exp(rng.normal(0.0, self.difficulty_spread))
+        skill, ret, best, left = 0.0, math.nan, -math.inf, self.budget
+        learner_s = actor_s = math.nan
+        times, costs, actors_seen = [], [], []
+        for k in range(self.max_rounds):
+            actors = scheduler.choose(RoundState(k, 0.5, ret, 0.01, learner_s, actor_s, left))
+            noise = np.exp(rng.normal(0.0, self.time_noise, size=2))
+            learner_s = (self.learner_base_s + self.learner_per_actor_s * actors) * noise[0]
+            actor_s = self.actor_s * noise[1]
+            times.append(learner_s + actor_s)
+            costs.append(self.usd_per_core_s * (learner_s + actors * actor_s))
+            left -= costs[-1]
+            actors_seen.append(actors)
+            skill += self.rate(actors, skill) / work * math.exp(rng.normal(0.0, 0.1))
+            ret = self.target * min(skill, 1.05) ** self.shape * (1 + rng.normal(0.0, 0.02))
+            best = max(best, ret)
+            if ret >= self.target:
+                break
+        return {"round_times": times, "round_costs": costs, "actors": actors_seen,
+                "decisions": len(actors_seen), "target_reached": best >= self.target,
+                "budget_spent": False, "best_return": best}
+
+    rewards = MeasuredWorkload.rewards
+    normaliser = MeasuredWorkload.normaliser
+
+
 def train(model: MeasuredWorkload, config: AgentConfig, episodes: int, batch: int, seed: int,
           common_seeds: bool, i_max: int = 32, agent: SchedulerAgent | None = None) -> tuple[SchedulerAgent, list[float]]:
     """Train (or go on training) an agent; returns it and the mean actors of every episode."""
@@ -130,17 +197,32 @@ def train(model: MeasuredWorkload, config: AgentConfig, episodes: int, batch: in
 
 def greedy_time(model: MeasuredWorkload, agent: SchedulerAgent, seeds=range(100, 110)) -> tuple[float, float]:
     """Mean time to J and mean actors of the greedy schedule on held-out workload seeds."""
+    times, actors, _ = greedy_runs(model, agent, seeds)
+    return statistics.mean(times), statistics.mean(a for run in actors for a in run)
+
+
+def greedy_runs(model, agent: SchedulerAgent, seeds=range(100, 110)) -> tuple[list[float], list[list[int]], str]:
+    """Times to J and actors per round of the greedy schedule on held-out seeds, and its shape:
+    the mean actors of the first and the second half of the rounds."""
     times, actors = [], []
     for s in seeds:
         outcome = model.run(LearnedScheduler(agent, model.normaliser(), mode="greedy"), s)
         times.append(sum(outcome["round_times"]))
-        actors += outcome["actors"]
-    return statistics.mean(times), statistics.mean(actors)
+        actors.append(outcome["actors"])
+    first = statistics.mean(a for run in actors for a in run[:len(run) // 2] or run)
+    second = statistics.mean(a for run in actors for a in run[len(run) // 2:])
+    return times, actors, f"{first:4.1f} -> {second:4.1f}"
 
 
 def fixed_time(model: MeasuredWorkload, n: int, seeds=range(100, 110)) -> float:
     """Mean time to J of Fixed(n) on held-out workload seeds."""
     return statistics.mean(sum(model.run(Fixed(n, 32), s)["round_times"]) for s in seeds)
+
+
+def switch_time(model, before: int, after: int, percent: int, seeds=range(100, 110)) -> float:
+    """Mean time to J of switch:before:after:percent on held-out workload seeds."""
+    return statistics.mean(sum(model.run(Switch(before, after, percent, model.target, 32), s)["round_times"])
+                           for s in seeds)
 
 
 WORKLOADS = {
@@ -150,6 +232,7 @@ WORKLOADS = {
     # BENCHMARKS.md "Issue 13: a cost term in the scheduler's reward": held-out sweep, 5 seeds
     "cartpole": MeasuredWorkload("cartpole", 475.0, ((1, 37.2), (2, 29.4), (4, 21.0), (8, 8.6), (16, 8.8), (32, 9.0)),
                                  learner_base_s=0.02, learner_per_actor_s=0.022, actor_s=0.04, difficulty_spread=0.3),
+    "cartpole-2phase": TwoPhaseWorkload(),
 }
 
 SETTINGS = {
@@ -210,14 +293,17 @@ def main() -> None:
         settings[f"custom {json.dumps(args.agent)}"] = (args.agent, args.batch, args.common_seeds)
     print("fixed counts, mean time to J on held-out seeds: "
           + ", ".join(f"{n}: {fixed_time(model, n):.2f} s" for n in (1, 2, 4, 8, 16, 32)))
+    print("switch:A:1:P, mean time to J: " + ", ".join(
+        f"{a}:1:{p}: {switch_time(model, a, 1, p):.2f} s" for a in (8, 16) for p in (15, 30, 50)))
     for name, (overrides, batch, common) in settings.items():
         config = AgentConfig().replace(overrides)
         for seed in args.seeds:
             agent, actors = train(model, config, args.episodes, batch, seed, common)
             blocks = [statistics.mean(actors[i:i + args.block]) for i in range(0, len(actors), args.block)]
-            t, a = greedy_time(model, agent)
+            times, _, shape = greedy_runs(model, agent)
             print(f"{name:45s} seed {seed}: mean actors per {args.block} episodes "
-                  f"{' '.join(f'{b:5.1f}' for b in blocks)} | greedy: {a:4.1f} actors, {t:6.2f} s to J")
+                  f"{' '.join(f'{b:5.1f}' for b in blocks)} | greedy: {shape} actors, "
+                  f"{statistics.mean(times):6.2f} s to J")
 
 
 if __name__ == "__main__":
