@@ -342,3 +342,23 @@ def test_every_packaged_scheduler_loads_safely_and_has_its_card():
     agent, _, meta = load_scheduler(resolve_checkpoint("cartpole-v2"))
     assert (agent.updates, agent.episodes_seen, meta.trained_on[0].episodes) == (25, 100, 100)
     assert meta.trained_on[0].workload == SchedulerWorkload(env="CartPole-v1", i_max=32, target_return=475.0)
+
+
+def greedy_over_progress(name: str, returns=(25.0, 80.0, 140.0, 300.0, 380.0, 460.0)) -> list[int]:
+    """The packaged scheduler's greedy count at round k with R_k in `returns`, after a first round
+    of R = 22 (the features scale returns by the first one seen); actor and learner times fixed."""
+    agent, norm_config, _ = load_scheduler(resolve_checkpoint(name))
+    counts = []
+    for k, ret in enumerate(returns, start=2):
+        normaliser = StateNormaliser(475.0, 60, 0.05, norm_config)
+        normaliser(RoundState(0, 0.1, math.nan, 0.0, 0.0, 0.0, 0.05))
+        normaliser(RoundState(1, 0.1, 22.0, 0.01, 0.2, 0.1, 0.0499))
+        obs = normaliser(RoundState(k, 0.1, ret, 0.01, 0.2, 0.1, 0.049))
+        counts.append(int(np.argmax(agent.probabilities(obs))) + 1)
+    return counts
+
+
+def test_the_two_phase_cartpole_scheduler_comes_down_with_progress():
+    """cartpole-v9 (lambda 1, 300 episodes): 8 actors while R_k is low, 1 from about 45% of J."""
+    assert greedy_over_progress("cartpole-v9") == [8, 8, 8, 1, 1, 1]
+    assert greedy_over_progress("cartpole-v3") == [1] * 6  # the constant it replaces on time
