@@ -21,6 +21,7 @@ sampling policy chose over each block of episodes and the greedy schedule at the
     .venv/bin/python -m benchmarks.scheduler_surrogate --workload hopper --episodes 100 --seeds 0 1 2
     .venv/bin/python -m benchmarks.scheduler_surrogate --agent '{"gae_lambda": 0.5}' --common-seeds
     .venv/bin/python -m benchmarks.scheduler_surrogate --transfer --seeds 0 1 2
+    .venv/bin/python -m benchmarks.scheduler_surrogate --workload cartpole-2phase --switch-scan
 
 `--workload cartpole-2phase` (`TwoPhaseWorkload`) is CartPole-v1 as the switch compares measured
 it, where the best schedule depends on progress (8 actors, then 1): can the agent learn a
@@ -38,6 +39,7 @@ import json
 import math
 import statistics
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
@@ -245,6 +247,33 @@ SETTINGS = {
 }
 
 
+def time_and_cost(model, make_scheduler, seeds) -> tuple[float, float]:
+    """Mean time to J and mean cost of a scheduler (made fresh per seed) on the model's seeds."""
+    outcomes = [model.run(make_scheduler(), s) for s in seeds]
+    return (statistics.mean(sum(o["round_times"]) for o in outcomes),
+            statistics.mean(sum(o["round_costs"]) for o in outcomes))
+
+
+def switch_scan(model, seeds=range(100, 140)) -> None:
+    """Every switch:A:1:P against Fixed(1) on time and cost: is any two-phase schedule both
+    within 5% of the constant 1's cost and faster (issue 13's goal against the best fixed count)?"""
+    t1, c1 = time_and_cost(model, lambda: Fixed(1, 32), seeds)
+    print(f"Fixed(1): {t1:.2f} s, ${c1:.7f} (mean of {len(seeds)} seeds); ratios below are against it")
+    for n in (2, 4, 8, 16):
+        t, c = time_and_cost(model, partial(Fixed, n, 32), seeds)
+        print(f"  Fixed({n}): time {t / t1:.2f}x, cost {c / c1:.2f}x")
+    rows = []
+    for before in (2, 3, 4, 6, 8, 10, 12, 16):
+        for percent in (5, 10, 15, 20, 30, 40, 50, 60, 70):
+            t, c = time_and_cost(model, partial(Switch, before, 1, percent, model.target, 32), seeds)
+            rows.append((c / c1, t / t1, f"switch:{before}:1:{percent}"))
+    print("cheapest switches: " + ", ".join(f"{name} {c:.2f}x cost / {t:.2f}x time" for c, t, name in sorted(rows)[:5]))
+    print("fastest switches:  " + ", ".join(f"{name} {c:.2f}x cost / {t:.2f}x time"
+                                           for c, t, name in sorted(rows, key=lambda r: r[1])[:5]))
+    meeting = [name for c, t, name in rows if c <= 1.05 and t <= 1.0]
+    print(f"within 5% of Fixed(1)'s cost at no more time: {', '.join(meeting) or 'none'}")
+
+
 def transfer(seeds: list[int], config: AgentConfig) -> None:
     """Fine-tuning a CartPole-surrogate scheduler on the Hopper surrogate against Hopper from scratch."""
     import copy
@@ -280,9 +309,13 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--common-seeds", action="store_true")
     parser.add_argument("--transfer", action="store_true", help="CartPole surrogate -> Hopper surrogate")
+    parser.add_argument("--switch-scan", action="store_true",
+                        help="every switch:A:1:P against Fixed(1) on time and cost (no training)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     model = WORKLOADS[args.workload]
+    if args.switch_scan:
+        return switch_scan(model)
     if args.transfer:
         return transfer(args.seeds, AgentConfig().replace(args.agent or {"gae_lambda": 0.5}))
     if args.setting:
