@@ -82,30 +82,19 @@ class MeasuredWorkload:
         """Progress per round relative to the count that needs the fewest rounds."""
         return min(r for _, r in self.rounds_to_j) / self.rounds_at(actors)
 
-    def run(self, scheduler, seed: int) -> dict:
-        rng = np.random.default_rng(seed)
+    def new_run(self, rng: np.random.Generator):
+        """The progress of one run: a function from a round's actors to its R_k."""
         work = min(r for _, r in self.rounds_to_j) * math.exp(rng.normal(0.0, self.difficulty_spread))
-        done, ret, best, left = 0.0, math.nan, -math.inf, self.budget
-        learner_s = actor_s = math.nan
-        times, costs, actors_seen = [], [], []
-        for k in range(self.max_rounds):
-            actors = scheduler.choose(RoundState(k, 0.5, ret, 0.01, learner_s, actor_s, left))
-            noise = np.exp(rng.normal(0.0, self.time_noise, size=2))
-            learner_s = (self.learner_base_s + self.learner_per_actor_s * actors) * noise[0]
-            actor_s = self.actor_s * noise[1]
-            times.append(learner_s + actor_s)
-            costs.append(self.usd_per_core_s * (learner_s + actors * actor_s))
-            left -= costs[-1]
-            actors_seen.append(actors)
+        done = 0.0
+
+        def advance(actors: int) -> float:
+            nonlocal done
             done += self.efficiency(actors) * math.exp(rng.normal(0.0, 0.1))
-            ret = self.target * min(done / work, 1.05) * (1 + rng.normal(0.0, 0.02))
-            best = max(best, ret)
-            if ret >= self.target:
-                break
-        reached = best >= self.target
-        return {"round_times": times, "round_costs": costs, "actors": actors_seen,
-                "decisions": len(actors_seen), "target_reached": reached,
-                "budget_spent": False, "best_return": best}
+            return self.target * min(done / work, 1.05) * (1 + rng.normal(0.0, 0.02))
+        return advance
+
+    def run(self, scheduler, seed: int) -> dict:
+        return play(self, scheduler, seed)
 
     def rewards(self, outcome: dict, beta: float) -> np.ndarray:
         return episode_rewards(outcome["round_times"], outcome["decisions"],
@@ -151,32 +140,46 @@ class TwoPhaseWorkload:
         counts = [c for c, _ in self.early_rates]
         return float(np.interp(math.log(actors), np.log(counts), [r for _, r in self.early_rates]))
 
-    def run(self, scheduler, seed: int) -> dict:
-        rng = np.random.default_rng(seed)
+    def new_run(self, rng: np.random.Generator):
+        """The progress of one run: a function from a round's actors to its R_k."""
         work = math.exp(rng.normal(0.0, self.difficulty_spread))
-        skill, ret, best, left = 0.0, math.nan, -math.inf, self.budget
-        learner_s = actor_s = math.nan
-        times, costs, actors_seen = [], [], []
-        for k in range(self.max_rounds):
-            actors = scheduler.choose(RoundState(k, 0.5, ret, 0.01, learner_s, actor_s, left))
-            noise = np.exp(rng.normal(0.0, self.time_noise, size=2))
-            learner_s = (self.learner_base_s + self.learner_per_actor_s * actors) * noise[0]
-            actor_s = self.actor_s * noise[1]
-            times.append(learner_s + actor_s)
-            costs.append(self.usd_per_core_s * (learner_s + actors * actor_s))
-            left -= costs[-1]
-            actors_seen.append(actors)
-            skill += self.rate(actors, skill) / work * math.exp(rng.normal(0.0, 0.1))
-            ret = self.target * min(skill, 1.05) ** self.shape * (1 + rng.normal(0.0, 0.02))
-            best = max(best, ret)
-            if ret >= self.target:
-                break
-        return {"round_times": times, "round_costs": costs, "actors": actors_seen,
-                "decisions": len(actors_seen), "target_reached": best >= self.target,
-                "budget_spent": False, "best_return": best}
+        skill = 0.0
 
+        def advance(actors: int) -> float:
+            nonlocal skill
+            skill += self.rate(actors, skill) / work * math.exp(rng.normal(0.0, 0.1))
+            return self.target * min(skill, 1.05) ** self.shape * (1 + rng.normal(0.0, 0.02))
+        return advance
+
+    run = MeasuredWorkload.run
     rewards = MeasuredWorkload.rewards
     normaliser = MeasuredWorkload.normaliser
+
+
+def play(model, scheduler, seed: int) -> dict:
+    """One run of a surrogate workload under `scheduler`: each round's time and cost from the
+    model's learner and actor times (with noise), its R_k from the model's progress, until J."""
+    rng = np.random.default_rng(seed)
+    advance = model.new_run(rng)
+    ret, best, left = math.nan, -math.inf, model.budget
+    learner_s = actor_s = math.nan
+    times, costs, actors_seen = [], [], []
+    for k in range(model.max_rounds):
+        actors = scheduler.choose(RoundState(k, 0.5, ret, 0.01, learner_s, actor_s, left))
+        noise = np.exp(rng.normal(0.0, model.time_noise, size=2))
+        learner_s = (model.learner_base_s + model.learner_per_actor_s * actors) * noise[0]
+        actor_s = model.actor_s * noise[1]
+        times.append(learner_s + actor_s)
+        costs.append(model.usd_per_core_s * (learner_s + actors * actor_s))
+        left -= costs[-1]
+        actors_seen.append(actors)
+        ret = advance(actors)
+        best = max(best, ret)
+        if ret >= model.target:
+            break
+    return {"round_times": times, "round_costs": costs, "actors": actors_seen,
+            "decisions": len(actors_seen), "target_reached": best >= model.target,
+            "budget_spent": False, "best_return": best}
 
 
 def train(model: MeasuredWorkload, config: AgentConfig, episodes: int, batch: int, seed: int,
