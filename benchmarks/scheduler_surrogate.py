@@ -115,7 +115,7 @@ class TwoPhaseWorkload:
     BENCHMARKS.md "a two-phase schedule against the constants" (held-out seeds 100-104): rounds
     to J 26.7 at Fixed(1), 8.8 at Fixed(8) and at switch:8:1:30, 12.1 at switch:8:1:15 (measured
     27, 8.8, 8.8, 13.4). Round times as `MeasuredWorkload` "cartpole". Best schedule: 8 (or 16)
-    actors until R_k ~ 0.3 J, then 1, about 0.75x Fixed(1)'s time, as measured (0.69-0.81x).
+    actors until R_k ~ 0.3 J, then 1, about 0.8x Fixed(1)'s time, as measured (0.69-0.81x).
     """
 
     name: str = "cartpole-2phase"
@@ -219,15 +219,21 @@ def greedy_runs(model, agent: SchedulerAgent, seeds=range(100, 110)) -> tuple[li
     return times, actors, f"{first:4.1f} -> {second:4.1f}"
 
 
+def time_and_cost(model, make_scheduler, seeds) -> tuple[float, float]:
+    """Mean time to J and mean cost of a scheduler (made fresh per seed) on the model's seeds."""
+    outcomes = [model.run(make_scheduler(), s) for s in seeds]
+    return (statistics.mean(sum(o["round_times"]) for o in outcomes),
+            statistics.mean(sum(o["round_costs"]) for o in outcomes))
+
+
 def fixed_time(model: MeasuredWorkload, n: int, seeds=range(100, 110)) -> float:
     """Mean time to J of Fixed(n) on held-out workload seeds."""
-    return statistics.mean(sum(model.run(Fixed(n, 32), s)["round_times"]) for s in seeds)
+    return time_and_cost(model, partial(Fixed, n, 32), seeds)[0]
 
 
 def switch_time(model, before: int, after: int, percent: int, seeds=range(100, 110)) -> float:
     """Mean time to J of switch:before:after:percent on held-out workload seeds."""
-    return statistics.mean(sum(model.run(Switch(before, after, percent, model.target, 32), s)["round_times"])
-                           for s in seeds)
+    return time_and_cost(model, partial(Switch, before, after, percent, model.target, 32), seeds)[0]
 
 
 WORKLOADS = {
@@ -248,13 +254,6 @@ SETTINGS = {
     "lambda 0, common seeds": ({"gae_lambda": 0.0}, 4, True),
     "lr 2e-3, lambda 0.5, common seeds": ({"learning_rate": 2e-3, "gae_lambda": 0.5}, 4, True),
 }
-
-
-def time_and_cost(model, make_scheduler, seeds) -> tuple[float, float]:
-    """Mean time to J and mean cost of a scheduler (made fresh per seed) on the model's seeds."""
-    outcomes = [model.run(make_scheduler(), s) for s in seeds]
-    return (statistics.mean(sum(o["round_times"]) for o in outcomes),
-            statistics.mean(sum(o["round_costs"]) for o in outcomes))
 
 
 def switch_scan(model, seeds=range(100, 140)) -> None:
