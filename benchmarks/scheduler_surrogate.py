@@ -96,10 +96,11 @@ class MeasuredWorkload:
     def run(self, scheduler, seed: int) -> dict:
         return play(self, scheduler, seed)
 
-    def rewards(self, outcome: dict, beta: float) -> np.ndarray:
+    def rewards(self, outcome: dict, beta: float, cost_weight: float = 0.0) -> np.ndarray:
         return episode_rewards(outcome["round_times"], outcome["decisions"],
                                target_reached=outcome["target_reached"], budget_spent=False,
-                               best_return=outcome["best_return"], target_return=self.target, beta=beta)
+                               best_return=outcome["best_return"], target_return=self.target, beta=beta,
+                               round_costs=outcome["round_costs"], cost_weight=cost_weight)
 
     def normaliser(self) -> StateNormaliser:
         return StateNormaliser(self.target, self.max_rounds, self.budget)
@@ -192,7 +193,7 @@ def train(model: MeasuredWorkload, config: AgentConfig, episodes: int, batch: in
         scheduler.reset()
         workload_seed = 1000 * seed + (e - e % batch if common_seeds else e)
         outcome = model.run(scheduler, workload_seed)
-        pending.append(Episode.from_trace(scheduler.trace(), model.rewards(outcome, config.beta)))
+        pending.append(Episode.from_trace(scheduler.trace(), model.rewards(outcome, config.beta, config.cost_weight)))
         mean_actors.append(float(np.mean(outcome["actors"])))
         if len(pending) == batch:
             agent.update(pending)
@@ -330,15 +331,18 @@ def main() -> None:
           + ", ".join(f"{n}: {fixed_time(model, n):.2f} s" for n in (1, 2, 4, 8, 16, 32)))
     print("switch:A:1:P, mean time to J: " + ", ".join(
         f"{a}:1:{p}: {switch_time(model, a, 1, p):.2f} s" for a in (8, 16) for p in (15, 30, 50)))
+    held_out = range(100, 110)
+    t1, c1 = time_and_cost(model, lambda: Fixed(1, 32), held_out)
     for name, (overrides, batch, common) in settings.items():
         config = AgentConfig().replace(overrides)
         for seed in args.seeds:
             agent, actors = train(model, config, args.episodes, batch, seed, common)
             blocks = [statistics.mean(actors[i:i + args.block]) for i in range(0, len(actors), args.block)]
-            times, _, shape = greedy_runs(model, agent)
+            _, _, shape = greedy_runs(model, agent, held_out)
+            t, c = time_and_cost(model, partial(LearnedScheduler, agent, model.normaliser(), mode="greedy"), held_out)
             print(f"{name:45s} seed {seed}: mean actors per {args.block} episodes "
                   f"{' '.join(f'{b:5.1f}' for b in blocks)} | greedy: {shape} actors, "
-                  f"{statistics.mean(times):6.2f} s to J")
+                  f"{t:6.2f} s to J; x Fixed(1): time {t / t1:.2f}, cost {c / c1:.2f}")
 
 
 if __name__ == "__main__":

@@ -81,3 +81,36 @@ def test_the_temporary_api_dies_with_the_process_that_started_it(tmp_path):
             raise AssertionError(f"{url} still answers 15 s after the process that started it was killed")
     finally:
         starter.kill()
+
+
+def test_a_new_sqlite_database_starts_from_the_template_and_an_existing_one_is_kept(tmp_path):
+    """The test suite's servers start from one migrated database (tests/conftest.py): a new
+    home's database is a copy of the template; a home that has a database keeps it."""
+    import os
+    import sqlite3
+    import subprocess
+    import sys
+
+    from deployments.local_api import DB_TEMPLATE_ENV
+
+    template = tmp_path / "template" / "prefect.db"
+    template.parent.mkdir()
+    with contextlib.closing(sqlite3.connect(template)) as db:
+        db.execute("CREATE TABLE alembic_version (version_num TEXT)")
+        db.execute("INSERT INTO alembic_version VALUES ('head-of-the-template')")
+        db.commit()
+
+    def seed(home):
+        home.mkdir(exist_ok=True)
+        env = {**os.environ, "PREFECT_HOME": str(home), DB_TEMPLATE_ENV: str(template)}
+        env.pop("PREFECT_API_DATABASE_CONNECTION_URL", None)
+        env.pop("PREFECT_SERVER_DATABASE_CONNECTION_URL", None)
+        subprocess.run([sys.executable, "-c", "from deployments.local_api import seed_sqlite_database; "
+                        "seed_sqlite_database()"], env=env, check=True, timeout=120)
+        return home / "prefect.db"
+
+    assert seed(tmp_path / "new").read_bytes() == template.read_bytes()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "prefect.db").write_bytes(b"")  # not a copy of the template: must stay as it is
+    assert seed(kept).read_bytes() == b""
