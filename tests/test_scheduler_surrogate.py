@@ -56,3 +56,17 @@ def test_with_whole_episode_returns_the_agent_learns_to_come_down_on_the_two_pha
     second = [a for run in actors for a in run[len(run) // 2:]]
     assert sum(first) / len(first) > sum(second) / len(second) + 2  # not a constant: it comes down
     assert sum(times) / len(times) < 0.9 * min(fixed_time(model, n) for n in (1, 2, 4, 8, 16, 32))
+
+
+def test_the_surrogates_rewards_price_each_rounds_cost_when_asked():
+    """r_k = -beta (P_k + w C_k): the surrogate's rewards add -beta w C_k to each round's."""
+    import numpy as np
+
+    from models.schedulers import Fixed
+
+    model = WORKLOADS["cartpole-2phase"]
+    outcome = model.run(Fixed(8, 32), 100)
+    time_only, priced = model.rewards(outcome, 0.1), model.rewards(outcome, 0.1, 30_000.0)
+    assert outcome["target_reached"] and len(priced) == len(outcome["round_costs"]) > 1
+    np.testing.assert_allclose(priced - time_only, -0.1 * 30_000.0 * np.asarray(outcome["round_costs"]))
+    assert (priced < time_only).all()
