@@ -31,11 +31,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from deployments.local_api import DATABASE_ENV, DATABASES, database_choice, drain_prefect_workers
+from models.config import WorkPoolBackendSpec
 from models.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]  # the project folder (prefect.yaml)
 BIN = Path(sys.executable).parent
 POOL = "minionsrl-process"
+# what the work-pool backend starts: cold actors and warm actor servers
+ACTOR_DEPLOYMENTS = (WorkPoolBackendSpec.actor_deployment, WorkPoolBackendSpec.server_deployment)
 
 
 def free_port() -> int:
@@ -156,8 +159,11 @@ class PrefectStack:
             client.create_work_pool(WorkPoolCreate(name=POOL, type="process", base_job_template=template),
                                     overwrite=True)
 
-    def deploy(self) -> str:
-        return self.cli("deploy", "--all", "--no-prompt", timeout=300).stdout
+    def deploy(self, names: tuple[str, ...] = ()) -> str:
+        """`prefect deploy` of prefect.yaml: every deployment, or only the named ones
+        ('flow/deployment'); each one costs the CLI ~1 s here."""
+        selection = [arg for name in names for arg in ("--name", name)] or ["--all"]
+        return self.cli("deploy", *selection, "--no-prompt", timeout=300).stdout
 
     def start_worker(self, limit: int | None = None) -> None:
         """`prefect worker start --type process`; limit: most flow runs it runs at once."""
@@ -193,9 +199,10 @@ class PrefectStack:
 @contextlib.contextmanager
 def prefect_stack(tmp: Path, mlflow_uri: str | None = None, deploy: bool = True,
                   port: int | None = None, worker_limit: int | None = None,
-                  database: str | None = None) -> Iterator[PrefectStack]:
+                  database: str | None = None, deployments: tuple[str, ...] = ()) -> Iterator[PrefectStack]:
     """database: "sqlite" (PREFECT_HOME/prefect.db) or "postgres" (a throwaway cluster);
-    None: $MINIONSRL_PREFECT_DATABASE, else sqlite."""
+    None: $MINIONSRL_PREFECT_DATABASE, else sqlite. deployments: deploy only these (with
+    deploy=True), e.g. ACTOR_DEPLOYMENTS for the work-pool backend alone; () deploys all."""
     with contextlib.ExitStack() as cleanup:
         url = None
         if database_choice(database) == "postgres":
@@ -207,7 +214,7 @@ def prefect_stack(tmp: Path, mlflow_uri: str | None = None, deploy: bool = True,
         stack.start_server()
         stack.create_pool()
         if deploy:
-            stack.deploy()
+            stack.deploy(deployments)
         stack.start_worker(worker_limit)
         yield stack
 

@@ -201,9 +201,10 @@ def test_local_quorum_not_met_fails_the_run_clearly(prefect_api_url, store_uri, 
 @pytest.fixture(scope="module")
 def stack(fault_dir, tmp_path_factory):
     """Prefect server, process pool, deployments and worker; its actors see FAULT_DIR_ENV."""
-    from deployments.local_stack import prefect_stack
+    from deployments.local_stack import ACTOR_DEPLOYMENTS, prefect_stack
 
-    with prefect_stack(tmp_path_factory.mktemp("round_faults_stack")) as s, s.client_env():
+    with prefect_stack(tmp_path_factory.mktemp("round_faults_stack"), deployments=ACTOR_DEPLOYMENTS) as s, \
+            s.client_env():
         yield s
 
 

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from deployments.local_stack import POOL, prefect_stack  # noqa: E402
+from deployments.local_stack import ACTOR_DEPLOYMENTS, POOL, prefect_stack  # noqa: E402
 from tests.slow_env import HANG, SLOW  # noqa: E402
 from tests.test_backends_local import make_job  # noqa: E402
 
@@ -32,7 +32,7 @@ MARGIN_S = 3.0  # state poll (0.5 s) + the worker noticing a dead process, on a 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    with prefect_stack(tmp_path_factory.mktemp("workpool")) as s, s.client_env():
+    with prefect_stack(tmp_path_factory.mktemp("workpool"), deployments=ACTOR_DEPLOYMENTS) as s, s.client_env():
         yield s
 
 

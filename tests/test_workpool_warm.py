@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from deployments.local_stack import prefect_stack  # noqa: E402
+from deployments.local_stack import ACTOR_DEPLOYMENTS, prefect_stack  # noqa: E402
 from tests.slow_env import HANG  # noqa: E402
 from tests.test_backends_local import make_job  # noqa: E402
 from tests.test_workpool import MARGIN_S, gone, wait_final  # noqa: E402
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    with prefect_stack(tmp_path_factory.mktemp("workpool_warm")) as s, s.client_env():
+    with prefect_stack(tmp_path_factory.mktemp("workpool_warm"), deployments=ACTOR_DEPLOYMENTS) as s, s.client_env():
         yield s
 
 
