@@ -41,6 +41,7 @@ from flows.tracking import RunTracker, project_root  # noqa: E402
 from flows.train import fetch_scheduler_checkpoint, train  # noqa: E402
 from models.config import ConfigError  # noqa: E402
 from models.learned_scheduler import (  # noqa: E402
+    SHIPPED,
     is_mlflow_uri,
     load_scheduler,
     resolve_checkpoint,
@@ -329,7 +330,7 @@ def train_scheduler(
 
 @flow(name="finetune-scheduler", flow_run_name="finetune-scheduler-{env}", persist_result=False, validate_parameters=True)
 def finetune_scheduler(
-    source: str = "cartpole",
+    source: str = SHIPPED,
     env: str = "Acrobot-v1",
     episodes: int = 10,
     batch_episodes: int = 2,
@@ -395,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Train or fine-tune the learned actor scheduler.")
     parser.add_argument("command", choices=("train", "finetune"))
     parser.add_argument("--env", help="default: CartPole-v1 (train), Acrobot-v1 (finetune)")
-    parser.add_argument("--source", default="cartpole", help="finetune: scheduler to start from")
+    parser.add_argument("--source", default=SHIPPED, help="finetune: scheduler to start from")
     parser.add_argument("--episodes", type=int, help="default: 60 (train), 10 (finetune)")
     parser.add_argument("--batch-episodes", type=int, help="default: 4 (train), 2 (finetune)")
     parser.add_argument("--concurrency", type=int, default=1)

@@ -7,7 +7,7 @@
 3. Checkpoints: `save_scheduler` / `load_scheduler`. A checkpoint holds tensors and plain
    JSON-able data only, with a format and version; it is read with torch.load(weights_only=True)
    and checked against its schema, so loading one can never run code. Packaged schedulers live
-   in models/data/schedulers/ (`cartpole`).
+   in models/data/schedulers/ (`learned` alone loads SHIPPED, `cartpole-v9`).
 
 Pure torch/numpy: no Prefect, no MLflow. MLflow URIs are downloaded by the flows first
 (flows/train.py localise_scheduler_spec).
@@ -39,7 +39,7 @@ from models.scheduler_features import (
 )
 from models.scheduler_provenance import SchedulerProvenance
 
-SHIPPED = "cartpole"  # `learned` alone, or `learned:cartpole`, means the packaged checkpoint
+SHIPPED = "cartpole-v9"  # `learned` alone means this packaged checkpoint (its schedule comes down)
 MODES = ("greedy", "sample")
 
 # -- 1. the spec string ------------------------------------------------------------------------
@@ -50,7 +50,7 @@ class LearnedSpec:
     """A parsed 'learned[:<ref>][:greedy|:sample]' scheduler spec.
 
     ref is a checkpoint path, a file:// URI, a packaged name or an MLflow URI, with its case and
-    colons kept; "" means the packaged `cartpole` scheduler.
+    colons kept; "" means the packaged default (SHIPPED).
     """
 
     ref: str = ""
@@ -67,8 +67,8 @@ class LearnedSpec:
     def short_name(self) -> str:
         """A name for run names: 'learned-cartpole', 'learned-scheduler-sample' (a checkpoint's
         file stem, an MLflow URI's last part), never a whole path."""
-        ref = self.ref.rstrip("/").rsplit("/", 1)[-1].removesuffix(".pt") if self.ref else "cartpole"
-        ref = re.sub(r"[^A-Za-z0-9_.-]+", "-", ref).strip("-") or "cartpole"
+        ref = self.ref.rstrip("/").rsplit("/", 1)[-1].removesuffix(".pt") if self.ref else SHIPPED
+        ref = re.sub(r"[^A-Za-z0-9_.-]+", "-", ref).strip("-") or SHIPPED
         return f"learned-{ref}" + ("-sample" if self.mode == "sample" else "")
 
     @property

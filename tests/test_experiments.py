@@ -240,13 +240,13 @@ def test_a_resumed_compare_keeps_its_finished_runs_and_runs_only_the_rest(prefec
 
 
 @pytest.mark.parametrize(("argv", "expected"), [
-    (["transfer"], {"source": "cartpole", "finetune_episodes": 10, "scratch_episodes": None,
+    (["transfer"], {"source": "cartpole-v9", "finetune_episodes": 10, "scratch_episodes": None,
                     "eval_seeds": None, "experiment": None}),
     (["transfer", "--env", "Acrobot-v1", "--finetune-episodes", "1", "--scratch-episodes", "2",
       "--batch-episodes", "1", "--seeds", "1000", "1001", "--target-return", "-100", "--i-max", "4",
       "--max-rounds", "2", "--fragment", "128", "--local-workers", "1", "--tracking-uri", "sqlite:///x.db",
       "--eval-every", "5", "--stop-at-eval"],
-     {"source": "cartpole", "finetune_episodes": 1, "scratch_episodes": 2, "eval_seeds": [1000, 1001],
+     {"source": "cartpole-v9", "finetune_episodes": 1, "scratch_episodes": 2, "eval_seeds": [1000, 1001],
       "experiment": None, "env": "Acrobot-v1", "batch_episodes": 1, "target_return": -100.0, "i_max": 4,
       "max_rounds": 2, "fragment": 128, "local_workers": 1, "tracking_uri": "sqlite:///x.db",
       "eval_every": 5, "stop_at_eval": True}),
@@ -278,11 +278,11 @@ def test_learned_spec_names_the_packaged_scheduler():
 
 @pytest.mark.parametrize(("argv", "flow_name", "expected"), [
     (["compare", "--seeds", "100", "101", "--i-max", "8"], "compare_schedulers",
-     {"seeds": [100, 101], "learned": "cartpole", "more_learned": {}, "experiment": None, "i_max": 8,
+     {"seeds": [100, 101], "learned": "cartpole-v9", "more_learned": {}, "experiment": None, "i_max": 8,
       "baselines": None, "sweep": None, "resume_run_id": None}),
     (["compare", "--baselines", "max", "impact", "--sweep", "--more-learned", "scratch=s.pt", "zero-shot=cartpole-v2",
       "--resume-run-id", "abc"], "compare_schedulers",
-     {"seeds": None, "learned": "cartpole", "more_learned": {"scratch": "s.pt", "zero-shot": "cartpole-v2"},
+     {"seeds": None, "learned": "cartpole-v9", "more_learned": {"scratch": "s.pt", "zero-shot": "cartpole-v2"},
       "experiment": None, "baselines": ["max", "impact"], "sweep": [], "resume_run_id": "abc"}),
     (["motivation", "--env", "Acrobot-v1", "--experiment-name", "m", "--eval-every", "1000"], "motivation",
      {"seeds": None, "experiment": "m", "env": "Acrobot-v1", "resume_run_id": None, "eval_every": 1000}),

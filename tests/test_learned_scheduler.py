@@ -121,7 +121,7 @@ def test_bad_learned_specs_raise_a_config_error_naming_the_spec(spec):
 def test_learned_spec_checks_its_mode_and_names_its_source():
     with pytest.raises(ConfigError, match="mode"):
         LearnedSpec("a.pt", "fast")
-    assert LearnedSpec().source == "cartpole" and LearnedSpec("/x.pt").source == "/x.pt"
+    assert LearnedSpec().source == "cartpole-v9" and LearnedSpec("/x.pt").source == "/x.pt"
     assert not is_learned_spec(None) and not is_learned_spec("adapt") and is_learned_spec("LEARNED")
 
 
@@ -157,7 +157,8 @@ def test_models_resolve_only_local_checkpoints(tmp_path):
     path = save_scheduler(tmp_path / "a b" / "s.pt", SchedulerAgent(4, seed=0))
     assert resolve_checkpoint(str(path)) == path
     assert resolve_checkpoint(path.as_uri()) == path  # file:// is local
-    assert resolve_checkpoint("") == resolve_checkpoint("cartpole") == shipped_checkpoint()
+    assert resolve_checkpoint("") == resolve_checkpoint("cartpole-v9") == shipped_checkpoint()
+    assert resolve_checkpoint("cartpole") == shipped_checkpoint("cartpole") != shipped_checkpoint()
     with pytest.raises(ConfigError, match="MLflow URI"):
         make_scheduler("learned:runs:/abc/scheduler/scheduler.pt", 4, 20, 475.0)
 
@@ -202,7 +203,7 @@ CARTPOLE_VALUES = [-1.2664217717638375, -1.214323509914594, -0.2031916698858739,
 
 
 def test_the_packaged_scheduler_decides_as_before_its_conversion():
-    agent, norm_config, meta = load_scheduler(shipped_checkpoint())
+    agent, norm_config, meta = load_scheduler(shipped_checkpoint("cartpole"))
     sched = LearnedScheduler(agent, StateNormaliser(475.0, 60, 0.05, norm_config), mode="greedy")
     assert [sched.choose(s) for s in probe_states()] == CARTPOLE_GREEDY
     # float32 forward passes: the last bits differ between CPUs (AMD and Intel machines of one kind)
@@ -214,7 +215,7 @@ def test_the_packaged_scheduler_decides_as_before_its_conversion():
 
 
 def test_the_packaged_checkpoint_is_plain_tensors_and_json():
-    payload = torch.load(shipped_checkpoint(), map_location="cpu", weights_only=True)
+    payload = torch.load(shipped_checkpoint("cartpole"), map_location="cpu", weights_only=True)
     assert (payload["format"], payload["version"]) == (FORMAT, VERSION)
     assert json.loads(json.dumps(payload["header"])) == payload["header"]
 
@@ -304,7 +305,7 @@ def test_fine_tuning_with_a_new_learning_rate_drops_the_optimiser_state(tmp_path
 
 
 @pytest.mark.parametrize(("spec", "name"), [
-    ("learned", "learned-cartpole"), ("learned:cartpole:sample", "learned-cartpole-sample"),
+    ("learned", "learned-cartpole-v9"), ("learned:cartpole:sample", "learned-cartpole-sample"),
     ("learned:/work/checkpoints/schedulers/ef37/scheduler.pt:sample", "learned-scheduler-sample"),
     ("learned:runs:/0123abcd/scheduler/scheduler.pt", "learned-scheduler"),
 ])
@@ -316,7 +317,7 @@ def test_packaged_schedulers_load_by_name_and_an_unknown_name_lists_them(tmp_pat
     from models.learned_scheduler import packaged_names
 
     assert "cartpole" in packaged_names()
-    assert resolve_checkpoint("cartpole") == shipped_checkpoint()
+    assert resolve_checkpoint("cartpole").name == "cartpole.pt"
     with pytest.raises(ConfigError, match=r"no packaged scheduler named 'hoppr' \(packaged: .*cartpole"):
         resolve_checkpoint("hoppr")
     monkeypatch.chdir(tmp_path)  # a file of that name in the working directory is a path, not a name
@@ -362,3 +363,4 @@ def test_the_two_phase_cartpole_scheduler_comes_down_with_progress():
     """cartpole-v9 (lambda 1, 300 episodes): 8 actors while R_k is low, 1 from about 45% of J."""
     assert greedy_over_progress("cartpole-v9") == [8, 8, 8, 1, 1, 1]
     assert greedy_over_progress("cartpole-v3") == [1] * 6  # the constant it replaces on time
+    assert greedy_over_progress("") == greedy_over_progress("cartpole-v9")  # what `learned` alone runs

@@ -63,7 +63,7 @@ from tasks.worker_processes import ready_worker_server  # noqa: E402
 DEFAULT_EXPERIMENT = "minionsrl-experiments"
 FINISHED_DIR = "finished_runs"
 """Artifact folder of an experiment's parent run: one models/experiment_resume.py record per finished run."""
-LEARNED = SHIPPED  # the packaged CartPole-v1 scheduler ('learned:cartpole')
+LEARNED = SHIPPED  # the packaged default CartPole-v1 scheduler (`learned` alone)
 SET_BY_EXPERIMENT = ("env", "scheduler", "seed", "tracking_uri", "experiment", "parent_run_id",
                      "checkpoint_dir", "resume")
 """`train` parameters an experiment sets itself; every other one may be given as workload."""
