@@ -52,6 +52,17 @@ from models.schedulers import Fixed, Switch
 
 
 @dataclass(frozen=True)
+class SurrogateRun:
+    """One surrogate training run: each round's time (P_k) and cost, and its actors, until J."""
+
+    round_times: list[float]
+    round_costs: list[float]
+    actors: list[int]
+    target_reached: bool
+    best_return: float
+
+
+@dataclass(frozen=True)
 class MeasuredWorkload:
     """A training run in miniature whose round times and rounds to J follow a measured sweep.
 
@@ -93,14 +104,14 @@ class MeasuredWorkload:
             return self.target * min(done / work, 1.05) * (1 + rng.normal(0.0, 0.02))
         return advance
 
-    def run(self, scheduler, seed: int) -> dict:
+    def run(self, scheduler, seed: int) -> SurrogateRun:
         return play(self, scheduler, seed)
 
-    def rewards(self, outcome: dict, beta: float, cost_weight: float = 0.0) -> np.ndarray:
-        return episode_rewards(outcome["round_times"], outcome["decisions"],
-                               target_reached=outcome["target_reached"], budget_spent=False,
-                               best_return=outcome["best_return"], target_return=self.target, beta=beta,
-                               round_costs=outcome["round_costs"], cost_weight=cost_weight)
+    def rewards(self, outcome: SurrogateRun, beta: float, cost_weight: float = 0.0) -> np.ndarray:
+        return episode_rewards(outcome.round_times, len(outcome.actors),
+                               target_reached=outcome.target_reached, budget_spent=False,
+                               best_return=outcome.best_return, target_return=self.target, beta=beta,
+                               round_costs=outcome.round_costs, cost_weight=cost_weight)
 
     def normaliser(self) -> StateNormaliser:
         return StateNormaliser(self.target, self.max_rounds, self.budget)
@@ -157,7 +168,7 @@ class TwoPhaseWorkload:
     normaliser = MeasuredWorkload.normaliser
 
 
-def play(model, scheduler, seed: int) -> dict:
+def play(model, scheduler, seed: int) -> SurrogateRun:
     """One run of a surrogate workload under `scheduler`: each round's time and cost from the
     model's learner and actor times (with noise), its R_k from the model's progress, until J."""
     rng = np.random.default_rng(seed)
@@ -178,9 +189,7 @@ def play(model, scheduler, seed: int) -> dict:
         best = max(best, ret)
         if ret >= model.target:
             break
-    return {"round_times": times, "round_costs": costs, "actors": actors_seen,
-            "decisions": len(actors_seen), "target_reached": best >= model.target,
-            "budget_spent": False, "best_return": best}
+    return SurrogateRun(times, costs, actors_seen, best >= model.target, best)
 
 
 def train(model: MeasuredWorkload, config: AgentConfig, episodes: int, batch: int, seed: int,
@@ -194,7 +203,7 @@ def train(model: MeasuredWorkload, config: AgentConfig, episodes: int, batch: in
         workload_seed = 1000 * seed + (e - e % batch if common_seeds else e)
         outcome = model.run(scheduler, workload_seed)
         pending.append(Episode.from_trace(scheduler.trace(), model.rewards(outcome, config.beta, config.cost_weight)))
-        mean_actors.append(float(np.mean(outcome["actors"])))
+        mean_actors.append(float(np.mean(outcome.actors)))
         if len(pending) == batch:
             agent.update(pending)
             pending = []
@@ -213,8 +222,8 @@ def greedy_runs(model, agent: SchedulerAgent, seeds=range(100, 110)) -> tuple[li
     times, actors = [], []
     for s in seeds:
         outcome = model.run(LearnedScheduler(agent, model.normaliser(), mode="greedy"), s)
-        times.append(sum(outcome["round_times"]))
-        actors.append(outcome["actors"])
+        times.append(sum(outcome.round_times))
+        actors.append(outcome.actors)
     first = statistics.mean(a for run in actors for a in run[:len(run) // 2] or run)
     second = statistics.mean(a for run in actors for a in run[len(run) // 2:])
     return times, actors, f"{first:4.1f} -> {second:4.1f}"
@@ -223,8 +232,8 @@ def greedy_runs(model, agent: SchedulerAgent, seeds=range(100, 110)) -> tuple[li
 def time_and_cost(model, make_scheduler, seeds) -> tuple[float, float]:
     """Mean time to J and mean cost of a scheduler (made fresh per seed) on the model's seeds."""
     outcomes = [model.run(make_scheduler(), s) for s in seeds]
-    return (statistics.mean(sum(o["round_times"]) for o in outcomes),
-            statistics.mean(sum(o["round_costs"]) for o in outcomes))
+    return (statistics.mean(sum(o.round_times) for o in outcomes),
+            statistics.mean(sum(o.round_costs) for o in outcomes))
 
 
 def fixed_time(model: MeasuredWorkload, n: int, seeds=range(100, 110)) -> float:

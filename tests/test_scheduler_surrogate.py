@@ -67,6 +67,6 @@ def test_the_surrogates_rewards_price_each_rounds_cost_when_asked():
     model = WORKLOADS["cartpole-2phase"]
     outcome = model.run(Fixed(8, 32), 100)
     time_only, priced = model.rewards(outcome, 0.1), model.rewards(outcome, 0.1, 30_000.0)
-    assert outcome["target_reached"] and len(priced) == len(outcome["round_costs"]) > 1
-    np.testing.assert_allclose(priced - time_only, -0.1 * 30_000.0 * np.asarray(outcome["round_costs"]))
+    assert outcome.target_reached and len(priced) == len(outcome.round_costs) > 1
+    np.testing.assert_allclose(priced - time_only, -0.1 * 30_000.0 * np.asarray(outcome.round_costs))
     assert (priced < time_only).all()
