@@ -13,6 +13,7 @@ import json
 import pytest
 from mlflow.tracking import MlflowClient
 
+from flows.experiments.results import ExperimentResult
 from models.config import ConfigError
 
 pytestmark = pytest.mark.e2e
@@ -45,32 +46,32 @@ def test_transfer_end_to_end_on_a_workload_the_source_never_saw(prefect_api_url,
                                 eval_seeds=[1000], tracking_uri=mlflow_uri,
                                 checkpoint_dir=str(tmp_path / "ckpt"), **TINY)
 
-    rows = {r["scheduler"]: r for r in result["rows"]}
+    rows = {r["scheduler"]: r for r in result.rows}
     assert set(rows) == {"finetuned", "scratch", "zero-shot"}
     assert all(r["runs"] == 1 for r in rows.values())
     assert rows["finetuned"]["scheduler_episodes"] == rows["scratch"]["scheduler_episodes"] == 1  # same budget
     for label in ("finetune", "scratch"):
-        assert result[label].episodes_done == 1 and result[label].updates == 1
-    _, _, meta = load_scheduler(result["finetune"].checkpoint)
+        assert getattr(result, label).episodes_done == 1 and getattr(result, label).updates == 1
+    _, _, meta = load_scheduler(result.finetune.checkpoint)
     assert meta.fine_tuned_from == source
     assert [(e.env, e.mode, e.episodes) for e in meta.trained_on] == [("CartPole-v1", "scratch", 0),
                                                                      ("Acrobot-v1", "finetune", 1)]
-    _, _, scratch_meta = load_scheduler(result["scratch"].checkpoint)
+    _, _, scratch_meta = load_scheduler(result.scratch.checkpoint)
     assert scratch_meta.fine_tuned_from is None and [e.mode for e in scratch_meta.trained_on] == ["scratch"]
 
     client = MlflowClient(mlflow_uri)
-    parent = client.get_run(result["run_id"])
+    parent = client.get_run(result.run_id)
     assert parent.info.status == "FINISHED"
     assert parent.data.tags["minionsrl.experiment"] == "scheduler_transfer"
-    assert [a.path for a in client.list_artifacts(result["run_id"], "plots")] == ["plots/scheduler_transfer.png"]
+    assert [a.path for a in client.list_artifacts(result.run_id, "plots")] == ["plots/scheduler_transfer.png"]
     evals = client.search_runs([parent.info.experiment_id],
-                               filter_string=f"tags.mlflow.parentRunId = '{result['run_id']}'")
+                               filter_string=f"tags.mlflow.parentRunId = '{result.run_id}'")
     assert len(evals) == 3 and all(r.data.tags["minionsrl.scheduler"] == "learned" for r in evals)
     assert {r.data.params["seed"] for r in evals} == {"1000"}  # held out: training used seeds 0..
     # One J for training and evaluation: gymnasium's reward_threshold for Acrobot-v1.
     assert {r.data.params["target_return"] for r in evals} == {"-100.0"}
     for label in ("finetune", "scratch"):
-        for e in result[label].episodes:
+        for e in getattr(result, label).episodes:
             assert client.get_run(e.run_id).data.params["target_return"] == "-100.0"
 
     # its progress counts the scheduler-training episodes (one run each) and the three evaluations
@@ -79,7 +80,7 @@ def test_transfer_end_to_end_on_a_workload_the_source_never_saw(prefect_api_url,
 
     from models.report import artifact_key
 
-    key = artifact_key("experiment-progress", result["run_id"])
+    key = artifact_key("experiment-progress", result.run_id)
     with get_client(sync_client=True) as prefect:
         progress, = prefect.read_latest_artifacts(
             artifact_filter=ArtifactCollectionFilter(key=ArtifactCollectionFilterKey(any_=[key])))
@@ -107,42 +108,42 @@ def test_compare_sweeps_fixed_counts_and_judges_the_learned_scheduler_against_th
     result = compare_schedulers(seeds=[0], learned=str(learned), baselines=["impact"], sweep=[1, 2],
                                 target_return=15.0, tracking_uri=mlflow_uri, prices_file=str(prices),
                                 checkpoint_dir=str(tmp_path / "ckpt"), **{**TINY, "i_max": 2})
-    rows = {r["scheduler"]: r for r in result["rows"]}
+    rows = {r["scheduler"]: r for r in result.rows}
     # the server cluster's rows are its own runs (not another scheduler's re-priced)
-    cluster = result["runs"]["server cluster"]
+    cluster = result.runs["server cluster"]
     assert [s.system for s in cluster] == ["server-cluster"]
     assert rows["server cluster"]["cost_usd_mean"] == pytest.approx(cluster[0].server_cluster_cost_usd)
     assert rows["server cluster without start-up"]["cost_usd_mean"] == pytest.approx(
         cluster[0].server_cluster_cost_no_startup_usd)
     assert MlflowClient(mlflow_uri).get_run(cluster[0].run_id).data.tags["minionsrl.system"] == "server-cluster"
     # IMPACT is a row of its own: its nested run, its wall time, billed as the cluster
-    (impact,) = result["impact_runs"]
+    (impact,) = result.impact_runs
     assert impact.target_reached and rows["impact"]["reached"] == 1
     assert rows["impact"]["time_s_mean"] == rows["impact"]["wall_s_mean"] == pytest.approx(impact.wall_s)
     assert rows["impact"]["cost_usd_mean"] == pytest.approx(impact.server_cluster_cost_usd)
     assert rows["impact without start-up"]["cost_usd_mean"] == pytest.approx(impact.server_cluster_cost_no_startup_usd)
     impact_run = MlflowClient(mlflow_uri).get_run(impact.run_id).data.tags
-    assert impact_run["mlflow.parentRunId"] == result["run_id"] and impact_run["minionsrl.system"] == "impact"
+    assert impact_run["mlflow.parentRunId"] == result.run_id and impact_run["minionsrl.system"] == "impact"
     assert rows["learned"]["wall_s_mean"] > 0
     # the fork server was readied before the first run and billed to none (logged on the parent)
-    parent_metrics = MlflowClient(mlflow_uri).get_run(result["run_id"]).data.metrics
+    parent_metrics = MlflowClient(mlflow_uri).get_run(result.run_id).data.metrics
     assert parent_metrics["experiment/worker_server_ready_s"] >= 0
     sweep = [rows["fixed:1"], rows["fixed:2"]]
     assert all(r["reached"] == 1 for r in sweep)
     cheapest = min(sweep, key=lambda r: (r["cost_usd_mean"], r["time_s_mean"]))
     best = rows[f"best fixed ({cheapest['scheduler']})"]
     assert best["cost_usd_mean"] == cheapest["cost_usd_mean"]
-    m = result["metrics"]
+    m = result.metrics
     assert m["learned_vs_best_fixed/cost_ratio"] == pytest.approx(
         rows["learned"]["cost_usd_mean"] / cheapest["cost_usd_mean"])
-    assert f"time <= best fixed ({cheapest['scheduler']})" in result["checks"]
+    assert f"time <= best fixed ({cheapest['scheduler']})" in result.checks
     # every run stops at round 0, so the learned scheduler's one round is Fixed(its count)'s: said so
-    (only_round,) = result["runs"]["learned"][0].history
-    assert result["same_schedule_as"] == {"learned": f"fixed:{only_round.actors}"}
+    (only_round,) = result.runs["learned"][0].history
+    assert result.same_schedule_as == {"learned": f"fixed:{only_round.actors}"}
 
     # while it ran: the experiment's progress (5 runs planned: learned, fixed:1, fixed:2, the cluster,
     # IMPACT) and run table (its `train` runs)
-    keys = [artifact_key(kind, result["run_id"]) for kind in ("experiment-progress", "experiment-runs")]
+    keys = [artifact_key(kind, result.run_id) for kind in ("experiment-progress", "experiment-runs")]
     with get_client(sync_client=True) as prefect:
         latest = {a.key: a for a in prefect.read_latest_artifacts(
             artifact_filter=ArtifactCollectionFilter(key=ArtifactCollectionFilterKey(any_=keys)))}
@@ -227,12 +228,12 @@ def test_a_resumed_compare_keeps_its_finished_runs_and_runs_only_the_rest(prefec
     ran.clear()
     monkeypatch.setattr(common, "train", lambda **kw: ran.append(kw["scheduler"]) or real_train(**kw))
     result = compare_schedulers(**args, resume_run_id=parent_id)
-    assert result["run_id"] == parent_id and ran == ["fixed:1", "fixed:2"]  # the sweep's, then the cluster
-    kept = result["runs"]
+    assert result.run_id == parent_id and ran == ["fixed:1", "fixed:2"]  # the sweep's, then the cluster
+    kept = result.runs
     assert {kept["learned"][0].run_id, kept["again"][0].run_id} == first  # the same runs, not rerun
-    assert {r["scheduler"] for r in result["rows"]} >= {"learned", "again", "fixed:1", "server cluster"}
-    assert "again: cost <= 0.56 x Max" not in result["checks"]  # no Max row in this compare
-    assert any(k.startswith("again: ") for k in result["checks"])  # judged against the best fixed count
+    assert {r["scheduler"] for r in result.rows} >= {"learned", "again", "fixed:1", "server cluster"}
+    assert "again: cost <= 0.56 x Max" not in result.checks  # no Max row in this compare
+    assert any(k.startswith("again: ") for k in result.checks)  # judged against the best fixed count
     assert client.get_run(parent_id).info.status == "FINISHED"
     stale = client.search_runs([parent.info.experiment_id],
                                filter_string=f"tags.mlflow.parentRunId = '{parent_id}' and attributes.status = 'FAILED'")
@@ -258,7 +259,7 @@ def test_transfer_command_line(monkeypatch, capsys, argv, expected):
 
     def fake_transfer(**kwargs):
         seen.update(kwargs)
-        return {"rows": [{"scheduler": "finetuned"}], "plot": "runs:/x/plots/p.png", "run_id": "x"}
+        return ExperimentResult("x", "runs:/x/plots/p.png", [{"scheduler": "finetuned"}])
 
     monkeypatch.setattr(cli, "scheduler_transfer", fake_transfer)
     monkeypatch.setattr(cli, "prefect_api", contextlib.nullcontext)
@@ -298,8 +299,7 @@ def test_each_command_runs_its_flow(monkeypatch, capsys, argv, flow_name, expect
 
     def fake(**kwargs):
         seen.update(kwargs)
-        return {"rows": [{"scheduler": "learned", "time_s_mean": 1.5}], "plot": "runs:/y/plots/p.png",
-                "run_id": "y"}
+        return ExperimentResult("y", "runs:/y/plots/p.png", [{"scheduler": "learned", "time_s_mean": 1.5}])
 
     monkeypatch.setattr(cli, flow_name, fake)
     monkeypatch.setattr(cli, "prefect_api", contextlib.nullcontext)
@@ -375,3 +375,28 @@ def test_compare_plots_each_learned_schedulers_actors_per_round_on_every_seed():
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["learned", "scratch"]
     assert ax.get_ylim() == (0, 33)
     plt.close(fig)
+
+
+def test_motivation_and_actors_curve_return_their_tables_and_runs(prefect_api_url, mlflow_uri, tmp_path):
+    """The two smaller experiments end to end at toy size: each returns its typed result, whose
+    run and plot are in MLflow."""
+    from flows.experiments import actors_curve, motivation
+    from flows.experiments.results import ActorsCurveResult, MotivationResult
+    from models.learned_scheduler import save_scheduler
+    from models.scheduler_agent import SchedulerAgent
+
+    common = {"seeds": [0], "tracking_uri": mlflow_uri, "checkpoint_dir": str(tmp_path / "ckpt"),
+              "fragment": 128, "local_workers": 1}
+    mot = motivation(n=2, step=1, every=1, max_rounds=2, i_max=4, **common)
+    assert isinstance(mot, MotivationResult)
+    assert sorted(mot.runs) == sorted(r["scheduler"] for r in mot.rows) and len(mot.rows) == 3
+    assert all(len(summaries) == 1 for summaries in mot.runs.values())
+
+    learned = save_scheduler(tmp_path / "s.pt", SchedulerAgent(2, seed=3))
+    curve = actors_curve(learned=str(learned), max_rounds=3, i_max=2, **common)
+    assert isinstance(curve, ActorsCurveResult)
+    assert len(curve.rows) == 1 and len(curve.phases) == 3 and all(1 <= p <= 2 for p in curve.phases)
+    client = MlflowClient(mlflow_uri)
+    for result, name in ((mot, "motivation"), (curve, "actors_curve")):
+        assert result.plot == f"runs:/{result.run_id}/plots/{name}.png"
+        assert [a.path for a in client.list_artifacts(result.run_id, "plots")] == [f"plots/{name}.png"]

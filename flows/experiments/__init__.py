@@ -14,6 +14,8 @@ Each ends with a plot saved as an MLflow artifact (plots/<name>.png) and as Pref
 - common.py: the `Experiment` context (parent MLflow run, nested `train` runs, publishing), plots
 - compare.py `compare_schedulers`, motivation.py `motivation`, actors_curve.py `actors_curve`,
   transfer.py `scheduler_transfer`: the flows (Prefect entrypoints `flows/experiments/<module>.py:<flow>`)
+- results.py: what each flow returns (`CompareResult`, `MotivationResult`, `ActorsCurveResult`,
+  `TransferResult`: the table, the parent run and plot, the runs behind them)
 - cli.py (and __main__.py): the command line
 - the statistics and tables they publish: models/experiment_stats.py (pure)
 

@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt
 from prefect import flow
 
 from flows.experiments.common import LEARNED, Experiment, actor_steps, learned_spec
+from flows.experiments.results import ActorsCurveResult
 from models.experiment_stats import mean_curve, mean_phases, phase_row, summary_record
 
 
@@ -24,7 +25,7 @@ def actors_curve(
     checkpoint_dir: str | None = None,
     resume_run_id: str | None = None,
     **workload: Any,
-) -> dict[str, Any]:
+) -> ActorsCurveResult:
     """I_k per round of the learned scheduler (greedy), with the return it drove.
 
     Reports the mean actor count over the first, middle and last third of each run: the paper
@@ -71,5 +72,5 @@ def actors_curve(
         md = (f"Mean actors over the first/middle/last third of the runs: {phase_means[0]:.2f} / "
               f"{phase_means[1]:.2f} / {phase_means[2]:.2f}. Shapes: "
               + ", ".join(f"seed {r.seed}: {r.shape}" for r in rows))
-        out = exp.publish(fig, rows, md, {"runs": [summary_record(s) for s in runs]})
-        return {"rows": [r.as_dict() for r in rows], "phases": phase_means, **out}
+        plot = exp.publish(fig, rows, md, {"runs": [summary_record(s) for s in runs]})
+        return ActorsCurveResult(exp.run_id, plot, [r.as_dict() for r in rows], phase_means)

@@ -79,6 +79,6 @@ def main(argv: list[str] | None = None) -> int:
             result = scheduler_transfer(source=args.learned, finetune_episodes=args.finetune_episodes,
                                         scratch_episodes=args.scratch_episodes, eval_seeds=args.seeds,
                                         **options)
-    print(markdown_table(result["rows"]))
-    print(f"\nplot: {result['plot']} (MLflow parent run {result['run_id']})")
+    print(markdown_table(result.rows))
+    print(f"\nplot: {result.plot} (MLflow parent run {result.run_id})")
     return 0

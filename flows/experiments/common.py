@@ -271,9 +271,9 @@ class Experiment:
                                   f"{self.name}: the {self._tabled} runs finished so far")
 
     def publish(self, fig, rows: Sequence[TableRow], summary_md: str,
-                results: dict[str, Any]) -> dict[str, str]:
+                results: dict[str, Any]) -> str:
         """The plot (MLflow + Prefect), the table (Prefect), results.json (MLflow: the table's
-        rows, then `results`)."""
+        rows, then `results`); returns the plot's MLflow URI."""
         key = self.name.replace("_", "-").lower()
         table = [r.as_dict() for r in rows]
         with tempfile.TemporaryDirectory() as tmp:
@@ -294,7 +294,7 @@ class Experiment:
             key=f"{key}-summary", description=f"{self.name}: summary")
         create_image_artifact(f"data:image/png;base64,{encoded}", key=f"{key}-plot",
                               description=f"{self.name}: plot")
-        return {"run_id": self.run_id, "plot": plot_uri}
+        return plot_uri
 
 
 def _run_logger(name: str):

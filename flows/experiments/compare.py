@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt
 from prefect import flow, get_run_logger
 
 from flows.experiments.common import LEARNED, Experiment, actor_steps, bars, learned_spec
+from flows.experiments.results import CompareResult
 from flows.impact import prepare_impact
 from models.config import SYSTEM_CLUSTER, ConfigError
 from models.cost import PriceTable
@@ -47,7 +48,7 @@ def compare_schedulers(
     checkpoint_dir: str | None = None,
     resume_run_id: str | None = None,
     **workload: Any,
-) -> dict[str, Any]:
+) -> CompareResult:
     """Time (sum of P_k) and cost to J for the learned scheduler, Max, Adapt, the server-based
     fixed cluster and IMPACT, mean and std over seeds (the paper's Table 2; BENCHMARKS.md).
 
@@ -177,9 +178,9 @@ def compare_schedulers(
         runs["server cluster"] = cluster_runs
         results = {"metrics": metrics, "checks": checks, "same_schedule_as": twins, "runs": stripped(runs),
                    "impact_runs": [dataclasses.asdict(s) for s in impact_runs]}
-        out = exp.publish(fig, rows, md, results)
-        return {"rows": [r.as_dict() for r in rows], "metrics": metrics, "checks": checks, "same_schedule_as": twins,
-                **out, "runs": runs, "impact_runs": impact_runs}
+        plot = exp.publish(fig, rows, md, results)
+        return CompareResult(exp.run_id, plot, [r.as_dict() for r in rows], metrics, checks, twins, runs,
+                             impact_runs)
 
 
 def learned_schedules(ax, runs: dict[str, list[RunSummary]], i_max: int) -> None:

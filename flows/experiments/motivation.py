@@ -12,6 +12,7 @@ import numpy as np
 from prefect import flow
 
 from flows.experiments.common import Experiment, actor_steps, bars
+from flows.experiments.results import MotivationResult
 from models.experiment_stats import actor_rounds, aggregate, mean_std, row_metrics, stripped
 
 
@@ -28,7 +29,7 @@ def motivation(
     checkpoint_dir: str | None = None,
     resume_run_id: str | None = None,
     **workload: Any,
-) -> dict[str, Any]:
+) -> MotivationResult:
     """Fixed(n) vs Increase vs Decrease (step actors every `every` rounds) at the same total
     actor budget over max_rounds rounds (the schedulers of models/schedulers.py). A run that
     reaches J stops early, so the table also reports the actor-rounds each actually used.
@@ -77,5 +78,5 @@ def motivation(
         fig.suptitle(f"{env}: Fixed({n}) vs Increase vs Decrease (±{step} every {every} rounds, "
                      f"equal actor budget over {max_rounds} rounds)", fontsize=9)
         md = "Equal total actor budget over max_rounds; runs stop at J, see actor_rounds_mean."
-        out = exp.publish(fig, rows, md, {"runs": stripped(runs)})
-        return {"rows": [r.as_dict() for r in rows], "runs": runs, **out}
+        plot = exp.publish(fig, rows, md, {"runs": stripped(runs)})
+        return MotivationResult(exp.run_id, plot, [r.as_dict() for r in rows], runs)

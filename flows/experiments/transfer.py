@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt
 from prefect import flow, get_run_logger
 
 from flows.experiments.common import LEARNED, Experiment, bars, learned_spec
+from flows.experiments.results import TransferResult
 from flows.scheduler_flows import WORKLOAD_KEYS, finetune_scheduler, scheduler_target, train_scheduler
 from models.config import ConfigError
 from models.experiment_stats import aggregate, row_metrics, stripped
@@ -36,7 +37,7 @@ def scheduler_transfer(
     experiment: str | None = None,
     checkpoint_dir: str | None = None,
     **workload: Any,
-) -> dict[str, Any]:
+) -> TransferResult:
     """Fine-tune `source` (default the packaged CartPole-v1 scheduler) on `env` for
     `finetune_episodes` against a scheduler trained there from scratch for `scratch_episodes`
     (default: as many; the paper: 10 vs 100), then evaluate both greedy, and the untouched
@@ -117,6 +118,6 @@ def scheduler_transfer(
         saved = 1 - tuned.wall_s / scratch.wall_s if scratch.wall_s > 0 else math.nan
         md = (f"Scheduler training wall time: fine-tune {tuned.wall_s:.0f}s vs scratch "
               f"{scratch.wall_s:.0f}s ({saved:.0%} less).")
-        out = exp.publish(fig, rows, md, {"finetune": dataclasses.asdict(tuned), "scratch": dataclasses.asdict(scratch),
-                                          "evals": stripped(evals)})
-        return {"rows": [r.as_dict() for r in rows], "finetune": tuned, "scratch": scratch, **out}
+        plot = exp.publish(fig, rows, md, {"finetune": dataclasses.asdict(tuned),
+                                           "scratch": dataclasses.asdict(scratch), "evals": stripped(evals)})
+        return TransferResult(exp.run_id, plot, [r.as_dict() for r in rows], tuned, scratch)
