@@ -1,7 +1,7 @@
 """BENCHMARKS: an actor's sampling rate against a bare env + policy loop on one core.
 
-Same env (`models.envs.make_env(env_id, training=True)`: for Atari ids the DeepMind
-preprocessing of models/atari.py), same batch of envs, same network weights, one process
+Same env (`models.envs.batch.make_env(env_id, training=True)`: for Atari ids the DeepMind
+preprocessing of models/envs/atari.py), same batch of envs, same network weights, one process
 pinned to one core with one torch thread. Peers measured in the same run, interleaved:
 - bare loop, torch policy: env.step per env + a torch forward and torch.multinomial per step
   (for Atari, the Nature CNN of `ActorCritic`);
@@ -38,10 +38,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from models.envs import close_idle_envs, env_spaces, make_env
-from models.policy import ActorCritic, weights_to_bytes
-from models.presets import preset_for
-from models.rollout import ActorJob, run_actor
+from models.envs.batch import close_idle_envs, env_spaces, make_env
+from models.rl.policy import ActorCritic, weights_to_bytes
+from models.rl.rollout import ActorJob, run_actor
+from models.run.presets import preset_for
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

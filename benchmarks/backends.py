@@ -35,9 +35,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from models.envs import env_spaces
-from models.policy import ActorCritic, weights_to_bytes
-from models.rollout import ActorJob
+from models.envs.batch import env_spaces
+from models.rl.policy import ActorCritic, weights_to_bytes
+from models.rl.rollout import ActorJob
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,7 +66,7 @@ def startup(name: str, n: int, steps: int, workers: int, warm_actors: int,
             warm_modes: tuple[str, ...] = ("subflow", "inline")) -> dict[str, float]:
     """Cold: a fresh backend, nothing pre-warmed. Warm: the same pool again (local, Dask), or
     work-pool warm actor servers after each served one job (its first subflow's imports)."""
-    from models.config import backend_spec
+    from models.run.config import backend_spec
     from tasks.backends import make_backend
 
     def spec(**work_pool_options):  # make_backend takes a run's typed backend spec

@@ -16,9 +16,9 @@ import time
 import numpy as np
 import torch
 
-from models.config import PPOConfig
-from models.envs import EnvSpaces
-from models.ppo import Learner, LossCoefficients, ppo_loss
+from models.envs.batch import EnvSpaces
+from models.rl.ppo import Learner, LossCoefficients, ppo_loss
+from models.run.config import PPOConfig
 
 
 def main() -> None:
@@ -41,7 +41,7 @@ def main() -> None:
         t0 = time.perf_counter()
         logp, ent, v = learner.policy.evaluate(obs, actions)
         out = ppo_loss(logp, old_logp, adv, v, old_v, ret, ent, LossCoefficients.from_config(learner.cfg))
-        learner.flat.zero_grad()  # the learner's own step (models/ppo.py Learner.update)
+        learner.flat.zero_grad()  # the learner's own step (models/rl/ppo.py Learner.update)
         out.loss.backward()
         learner.flat.clip_grad_norm_(learner.cfg.max_grad_norm)
         learner.optimizer.step()

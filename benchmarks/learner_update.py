@@ -1,4 +1,4 @@
-"""Seconds per PPO update of the learner (models/ppo.py `Learner.update`) on one CPU thread, for
+"""Seconds per PPO update of the learner (models/rl/ppo.py `Learner.update`) on one CPU thread, for
 an MLP workload's round: real fragments sampled once from the env, then the same update timed
 again and again from the same starting state.
 
@@ -17,12 +17,12 @@ import time
 
 import torch
 
-from models.config import PPOConfig
-from models.envs import EnvBatch, env_spaces
-from models.ppo import Learner
-from models.presets import preset_for
-from models.rollout import sample_fragment
-from models.session import actor_seed
+from models.envs.batch import EnvBatch, env_spaces
+from models.rl.ppo import Learner
+from models.rl.rollout import sample_fragment
+from models.run.config import PPOConfig
+from models.run.presets import preset_for
+from models.run.session import actor_seed
 
 
 def round_batches(env_id: str, learner: Learner, actors: int, fragment: int) -> list:

@@ -23,10 +23,10 @@ import argparse
 import numpy as np
 import torch
 
-from models.config import PPOConfig
-from models.envs import env_spaces
-from models.ppo import Learner
-from models.rollout import RolloutBatch
+from models.envs.batch import env_spaces
+from models.rl.ppo import Learner
+from models.rl.rollout import RolloutBatch
+from models.run.config import PPOConfig
 
 
 def copy_mlp(dst: torch.nn.Sequential, hidden: torch.nn.Sequential, out: torch.nn.Linear) -> None:

@@ -13,7 +13,7 @@ exactly as CleanRL's ppo_continuous_action.py (1 env, 2048 steps per rollout, mi
 10 epochs, lr 3e-4 annealed linearly over CleanRL's 1M steps, gamma 0.99, lambda 0.95, clip 0.2,
 value clipping 0.2, ent 0, vf 0.5, grad norm 0.5, obs and reward normalisation clipped at 10,
 64x64 tanh, log-std 0), and reports its mean return over the same 8 x fragment windows.
-Both final policies are evaluated by the same loop (models/evaluation.py run_episodes), which
+Both final policies are evaluated by the same loop (models/rl/evaluation.py run_episodes), which
 also says what the body did: forward displacement (metres) and forward-reward sum per episode.
 
     .venv/bin/python -m benchmarks.mujoco_curves --envs HalfCheetah-v5 Humanoid-v5 --seed 0 --peer
@@ -45,7 +45,7 @@ CLEANRL_1M = {"HalfCheetah-v5": "1443 +- 46", "Humanoid-v5": "716 +- 49"}
 def run_one(env_id: str, seed: int, steps: int, tracking_uri: str, eval_episodes: int) -> dict:
     from benchmarks.mujoco_vs_sb3 import eval_fields, evaluate_final_policy
     from flows.train import train
-    from models.presets import preset_for
+    from models.run.presets import preset_for
 
     fragment = int(preset_for(env_id)["fragment"])
     rounds = steps // (N_ACTORS * fragment)

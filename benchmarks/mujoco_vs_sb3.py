@@ -1,7 +1,7 @@
 """MuJoCo (Hopper-v5 by default): ours (the preset's Fixed(N), through the `train` flow) against Stable-Baselines3
 PPO peers, for the same number of env steps, in one run. Issue 5 compared the project's tuned
 Hopper preset with RL-Zoo's Hopper PPO at R >= 1000; issue 17 showed that return is Hopper's
-standing plateau, so every evaluation here also says what the body did (models/locomotion.py):
+standing plateau, so every evaluation here also says what the body did (models/envs/locomotion.py):
 forward displacement and the sum of the forward-reward term, per episode.
 
 Both sides use one torch thread and train for exactly the same number of env steps (rounded down
@@ -17,7 +17,7 @@ to whole rounds of ours, and whole rollouts of each peer). Figures per seed and 
 - first_target_steps: env steps at the end of the first window (round) whose R >= --target.
 - eval_*: the final policy, deterministic, on whole episodes with frozen observation statistics
   (not in wall_s): return, forward displacement (mean and min over episodes, metres), mean
-  forward-reward sum. Both sides are played by the same loop (models/evaluation.py run_episodes).
+  forward-reward sum. Both sides are played by the same loop (models/rl/evaluation.py run_episodes).
 - With --eval-every N: every N rounds (ours: the train flow's eval_every; SB3: every N x 8 x
   fragment steps, at the start of the next rollout, i.e. after the update) the same evaluation;
   `evals` lists them and `to_target` is the first whose return >= --target and whose every
@@ -102,7 +102,7 @@ def first_reaching(means: list[float], window: int, target: float) -> int | None
 
 
 def eval_fields(ev) -> dict:
-    """A models.evaluation.Evaluation as a result row's eval_* fields (per episode too)."""
+    """A models.rl.evaluation.Evaluation as a result row's eval_* fields (per episode too)."""
     motion = ev.motion
     out = {"eval_return": ev.return_mean, "eval_std": ev.return_std}
     if motion is not None:
@@ -164,7 +164,7 @@ def sb3_model(peer: str, env_id: str, seed: int, steps: int):
 def sb3_evaluate(model, vec_env, env_id: str, episodes: int, seed: int):
     """The SB3 policy played by our evaluation loop: deterministic actions on observations
     normalised with the training env's statistics (not updated), raw rewards."""
-    from models.evaluation import run_episodes
+    from models.rl.evaluation import run_episodes
 
     def act(obs: np.ndarray) -> np.ndarray:
         return model.predict(vec_env.normalize_obs(obs), deterministic=True)[0]
@@ -244,12 +244,12 @@ def sb3_run(peer: str, env_id: str, seed: int, steps: int, window: int, eval_epi
 
 def evaluate_final_policy(env_id: str, summary, episodes: int, seed: int):
     """A `train` run's final policy, deterministic, on whole episodes with frozen obs statistics
-    (eval seeds 10,000 + seed: never the training seeds). A models.evaluation.Evaluation."""
-    from models.checkpoint import load_policy
-    from models.envs import env_spaces
-    from models.evaluation import evaluate_policy
-    from models.normalization import RunningMeanStd
-    from models.policy import ActorCritic
+    (eval seeds 10,000 + seed: never the training seeds). A models.rl.evaluation.Evaluation."""
+    from models.envs.batch import env_spaces
+    from models.rl.evaluation import evaluate_policy
+    from models.rl.normalization import RunningMeanStd
+    from models.rl.policy import ActorCritic
+    from models.run.checkpoint import load_policy
 
     artifact = load_policy(Path(summary.checkpoint).with_name("final_policy.pt"))
     policy = ActorCritic(env_spaces(env_id), artifact.hidden, init_weights=False)
@@ -292,7 +292,7 @@ def ours_run(env_id: str, seed: int, rounds: int, tracking_uri: str, eval_episod
              target: float, eval_every: int, variant: str | None, ppo: dict | None = None,
              stop_at_target: bool = False) -> dict:
     from flows.train import train
-    from models.presets import preset_for
+    from models.run.presets import preset_for
 
     torch.set_num_threads(1)
     preset = preset_for(env_id, variant)
@@ -452,7 +452,7 @@ def main() -> None:
 
     from deployments.local_api import prefect_api
     from flows.tracking import default_tracking_uri
-    from models.presets import preset_for
+    from models.run.presets import preset_for
 
     preset = preset_for(args.env, args.variant)
     target = args.target if args.target is not None else (

@@ -2,15 +2,15 @@
 learns as it does, one factor at a time (issue 17: the Hopper-v5 locomotion preset).
 
 Each round: `actors` fragments of `fragment` steps sampled in this process, one after another,
-with the learner's current weights and normaliser statistics (models/rollout.py
-sample_fragment, exactly what an actor runs), then one `Learner.update` (models/ppo.py). Seeds
-follow models/session.py actor_seed, so `--envs fresh` samples what the `train` flow's actors
+with the learner's current weights and normaliser statistics (models/rl/rollout.py
+sample_fragment, exactly what an actor runs), then one `Learner.update` (models/rl/ppo.py). Seeds
+follow models/run/session.py actor_seed, so `--envs fresh` samples what the `train` flow's actors
 sample. `--envs continued` keeps each actor index's envs (and their episodes) from round to
 round, as CleanRL's vector env does, instead of resetting them every round. `--envs carried`
-builds new envs every round that continue the episodes the round before left (models/env_snapshot.py),
+builds new envs every round that continue the episodes the round before left (models/envs/snapshot.py),
 as the `train` flow's actors do with carry_episodes.
 
-Every --eval-every env steps: a deterministic evaluation (models/evaluation.py) with return and
+Every --eval-every env steps: a deterministic evaluation (models/rl/evaluation.py) with return and
 forward displacement. One JSON line per evaluation goes to stdout and, with --out, to a file.
 
 `--peer sb3-cleanrl` runs SB3's PPO with CleanRL's settings instead (benchmarks/mujoco_vs_sb3.py's
@@ -33,14 +33,14 @@ from collections.abc import Callable
 
 import torch
 
-from models.config import PPOConfig
-from models.envs import EnvBatch, env_spaces
-from models.evaluation import evaluate_policy
-from models.policy import weights_from_bytes
-from models.ppo import Learner
-from models.presets import preset_for
-from models.rollout import sample_fragment
-from models.session import actor_seed
+from models.envs.batch import EnvBatch, env_spaces
+from models.rl.evaluation import evaluate_policy
+from models.rl.policy import weights_from_bytes
+from models.rl.ppo import Learner
+from models.rl.rollout import sample_fragment
+from models.run.config import PPOConfig
+from models.run.presets import preset_for
+from models.run.session import actor_seed
 
 
 def main(argv: list[str] | None = None) -> None:

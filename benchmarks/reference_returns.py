@@ -54,10 +54,10 @@ first adds one fragment sampled with the learner's current weights by actor (ste
 
 
 def run_impact_reference(runs=IMPACT_RUNS) -> list[dict]:
-    from models.envs import EnvBatch, env_spaces
-    from models.impact import ImpactFragment, ImpactLearner, resolve_impact_config
-    from models.policy import ActorCritic
-    from models.rollout import sample_fragment
+    from models.envs.batch import EnvBatch, env_spaces
+    from models.impact.learner import ImpactFragment, ImpactLearner, resolve_impact_config
+    from models.rl.policy import ActorCritic
+    from models.rl.rollout import sample_fragment
 
     out = []
     for spec in runs:

@@ -25,7 +25,7 @@ def finished_runs(tracking_uri: str, run_id: str, label: str) -> list:
     from mlflow.tracking import MlflowClient
 
     from flows.experiments.common import FINISHED_DIR
-    from models.experiment_resume import decode_finished
+    from models.report.experiment_resume import decode_finished
 
     client = MlflowClient(tracking_uri)
     with tempfile.TemporaryDirectory() as tmp:
@@ -35,7 +35,7 @@ def finished_runs(tracking_uri: str, run_id: str, label: str) -> list:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from models.learned_scheduler import load_scheduler, resolve_checkpoint
+    from models.scheduling.learned import load_scheduler, resolve_checkpoint
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--scheduler", required=True, help="checkpoint path or packaged name")

@@ -44,11 +44,11 @@ from functools import partial
 import numpy as np
 import torch
 
-from models.learned_scheduler import LearnedScheduler
-from models.scheduler_agent import AgentConfig, Episode, SchedulerAgent
-from models.scheduler_features import RoundState, StateNormaliser
-from models.scheduler_reward import episode_rewards
-from models.schedulers import Fixed, Switch
+from models.scheduling.agent import AgentConfig, Episode, SchedulerAgent
+from models.scheduling.features import RoundState, StateNormaliser
+from models.scheduling.learned import LearnedScheduler
+from models.scheduling.reward import episode_rewards
+from models.scheduling.schedulers import Fixed, Switch
 
 
 @dataclass(frozen=True)

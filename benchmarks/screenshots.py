@@ -34,7 +34,7 @@ from pathlib import Path
 
 from deployments.local_stack import free_port, kill_tree
 from flows.tracking import RUNS_VIEW
-from models.report import MODEL_TRAINING_UI, artifact_key
+from models.report.run_report import MODEL_TRAINING_UI, artifact_key
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

@@ -34,7 +34,7 @@ def one_segment(who: str, env_id: str, variant: str | None, rounds: int, seed: i
     """One side's first `rounds` rounds, timed end to end in this (new) process."""
     import torch
 
-    from models.presets import preset_for
+    from models.run.presets import preset_for
 
     torch.set_num_threads(1)
     preset = preset_for(env_id, variant)

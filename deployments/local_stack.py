@@ -31,8 +31,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from deployments.local_api import DATABASE_ENV, DATABASES, database_choice, drain_prefect_workers
-from models.config import WorkPoolBackendSpec
 from models.errors import ConfigError
+from models.run.config import WorkPoolBackendSpec
 
 ROOT = Path(__file__).resolve().parents[1]  # the project folder (prefect.yaml)
 BIN = Path(sys.executable).parent

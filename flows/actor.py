@@ -22,7 +22,7 @@ import traceback
 from prefect import flow, get_run_logger
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
-from models.rollout import run_actor
+from models.rl.rollout import run_actor
 from tasks.storage import BlockStore
 from tasks.workpool import protocol
 from tasks.workpool.protocol import (
@@ -143,7 +143,7 @@ def actor_server(storage_block: str, prefix: str, server_id: str, warm_env_id: s
     logger = get_run_logger()
     store = _store(storage_block)
     if warm_env_id:
-        from models.envs import env_spaces
+        from models.envs.batch import env_spaces
 
         env_spaces(warm_env_id)
     keys = RunKeys(prefix)

@@ -2,7 +2,7 @@
 table of the rounds, a final summary) and, in MLflow, plots and the policy as a pyfunc model;
 the same artifacts for an IMPACT training (a table of its chunks) and a scheduler training.
 
-What they say is rendered in models/report.py; here are only the calls. Publishing never fails
+What they say is rendered in models/report/run_report.py; here are only the calls. Publishing never fails
 training: an error is a warning in the run's log. Prefect calls run on one background thread
 (`ArtifactPublisher`), in order, so that a round or chunk never waits for the API; `close`
 waits for them.
@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from flows.tracking import RunTracker
-from models.impact import ImpactChunkRecord, ImpactRunConfig, ImpactSummary
-from models.report import (
+from models.impact.learner import ImpactChunkRecord, ImpactRunConfig, ImpactSummary
+from models.report.run_report import (
     TABLE_EVERY,
     ArtifactRow,
     MlflowLinks,
@@ -38,8 +38,8 @@ from models.report import (
     summary_markdown,
     table_due,
 )
-from models.scheduler_training import SchedulerEpisodeRecord
-from models.session import RunSummary, TrainingSession
+from models.run.session import RunSummary, TrainingSession
+from models.scheduling.training import SchedulerEpisodeRecord
 from tasks.worker_processes import run_aside
 
 

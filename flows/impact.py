@@ -39,9 +39,9 @@ from deployments.local_api import prefect_api  # noqa: E402
 from flows.artifacts import ImpactArtifacts  # noqa: E402
 from flows.cli import flow_arguments, given_arguments, quiet_console  # noqa: E402
 from flows.tracking import RunTracker, default_tracking_uri  # noqa: E402
-from models.envs import env_spaces  # noqa: E402
+from models.envs.batch import env_spaces  # noqa: E402
 from models.errors import ConfigError  # noqa: E402
-from models.impact import (  # noqa: E402
+from models.impact.learner import (  # noqa: E402
     STOP_CHUNKS,
     ImpactChunkRecord,
     ImpactLearner,
@@ -120,7 +120,7 @@ def impact(
         chunk_steps: learner steps per learn-chunk task (and per MLflow step).
         return_window: completed episodes averaged for the return compared with J.
         max_chunks: stop after this many chunks (smoke tests); 0 or unset: no limit.
-        impact_config: overrides of models/impact.py ImpactConfig, e.g. {"max_reuse": 3, "actors": 4}.
+        impact_config: overrides of models/impact/learner.py ImpactConfig, e.g. {"max_reuse": 3, "actors": 4}.
         backend: where actors run: local (persistent processes here, the default) or dask
             (long-running Dask tasks); work-pool is refused (its actors are one-shot by design).
         dask_address: dask backend: scheduler address of a running cluster; default a LocalCluster

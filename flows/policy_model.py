@@ -1,9 +1,9 @@
 """The trained policy as an MLflow pyfunc model: predict maps a batch of raw observations to
-actions (models/predictor.py), the observation statistics inside.
+actions (models/rl/predictor.py), the observation statistics inside.
 
 Logged as "models from code": MLflow stores this file and runs it when the model is loaded, and
 the model's artifacts are the policy file (read with torch.load(weights_only=True) through
-models/checkpoint.py) and the env's spaces as JSON. Nothing of ours is pickled; the pure
+models/run/checkpoint.py) and the env's spaces as JSON. Nothing of ours is pickled; the pure
 `models` package travels with the model (code_paths), so loading needs torch, numpy and
 gymnasium but not this project installed.
 
@@ -40,7 +40,7 @@ class PolicyModel(PythonModel):
     """MLflow's view of PolicyPredictor: artifacts in load_context, numpy or a DataFrame in predict."""
 
     def load_context(self, context):
-        from models.predictor import PolicyPredictor
+        from models.rl.predictor import PolicyPredictor
 
         self.predictor = PolicyPredictor.load(context.artifacts[POLICY_KEY], context.artifacts[SPACES_KEY])
 
@@ -96,17 +96,20 @@ def predictor_code(dest: Path) -> Path:
     source = Path(__file__).resolve().parents[1] / "models"
     out = dest / "models"
     (out / "data").mkdir(parents=True)
-    todo, seen = ["predictor"], {"__init__"}
+    todo, seen = ["rl.predictor"], set()
     while todo:
-        name = todo.pop()
+        name = todo.pop()  # dotted, below models: "rl.predictor"
         if name in seen:
             continue
         seen.add(name)
-        for node in ast.walk(ast.parse((source / f"{name}.py").read_text())):
+        for node in ast.walk(ast.parse((source / f"{name.replace('.', '/')}.py").read_text())):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("models."):
-                todo.append(node.module.split(".")[1])
-    for name in seen:
-        shutil.copy2(source / f"{name}.py", out / f"{name}.py")
+                todo.append(node.module.removeprefix("models."))
+    packages = {"__init__"} | {f"{name.rsplit('.', 1)[0]}.__init__" for name in seen if "." in name}
+    for name in seen | packages:
+        target = out / f"{name.replace('.', '/')}.py"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source / f"{name.replace('.', '/')}.py", target)
     for data in (source / "data").glob("*.*"):
         shutil.copy2(data, out / "data" / data.name)
     return out
@@ -120,7 +123,7 @@ def log_policy_model(tracking_uri: str, run_id: str, policy_file: str | Path, sp
     from mlflow.tracking import MlflowClient
     from mlflow.tracking._tracking_service.utils import _use_tracking_uri
 
-    from models.predictor import spaces_to_dict
+    from models.rl.predictor import spaces_to_dict
 
     with tempfile.TemporaryDirectory() as tmp:
         models_dir = predictor_code(Path(tmp) / "code")

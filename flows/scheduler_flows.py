@@ -1,7 +1,7 @@
 """Training the learned actor scheduler: the `train-scheduler` and `finetune-scheduler` flows.
 
 One scheduler episode is one complete `train` run of the workload with the learned scheduler
-sampling its actor counts (models/scheduler_agent.py). Per batch of episodes:
+sampling its actor counts (models/scheduling/agent.py). Per batch of episodes:
 
 1. write the scheduler checkpoint to a file (the episodes load it: 'learned:<file>:sample');
 2. run the batch's episodes, `concurrency` at a time, each a nested `train` flow run and a
@@ -39,20 +39,20 @@ from flows.artifacts import EpisodeArtifacts  # noqa: E402
 from flows.cli import quiet_console  # noqa: E402
 from flows.tracking import RunTracker, project_root  # noqa: E402
 from flows.train import fetch_scheduler_checkpoint, train  # noqa: E402
-from models.config import ConfigError  # noqa: E402
-from models.learned_scheduler import (  # noqa: E402
+from models.run.config import ConfigError  # noqa: E402
+from models.run.presets import resolve_run_config  # noqa: E402
+from models.run.session import RunSummary  # noqa: E402
+from models.scheduling.agent import AgentConfig, Episode, SchedulerAgent  # noqa: E402
+from models.scheduling.learned import (  # noqa: E402
     SHIPPED,
     is_mlflow_uri,
     load_scheduler,
     resolve_checkpoint,
     save_scheduler,
 )
-from models.presets import resolve_run_config  # noqa: E402
-from models.scheduler_agent import AgentConfig, Episode, SchedulerAgent  # noqa: E402
-from models.scheduler_provenance import SchedulerProvenance, SchedulerWorkload, TrainingSession  # noqa: E402
-from models.scheduler_reward import rewards_from_summary  # noqa: E402
-from models.scheduler_training import SchedulerEpisodeRecord, SchedulerTrainingResult  # noqa: E402
-from models.session import RunSummary  # noqa: E402
+from models.scheduling.provenance import SchedulerProvenance, SchedulerWorkload, TrainingSession  # noqa: E402
+from models.scheduling.reward import rewards_from_summary  # noqa: E402
+from models.scheduling.training import SchedulerEpisodeRecord, SchedulerTrainingResult  # noqa: E402
 
 ARTIFACT_DIR = "scheduler"
 ARTIFACT_NAME = "scheduler.pt"
@@ -174,7 +174,7 @@ def train_scheduler(
         cost_weight: seconds of training time one USD of round cost is worth in the reward; 0
             (the default) is the paper's time-only reward.
         learning_rate: the scheduler's Adam step size (default 1e-3, or the checkpoint's).
-        agent: other scheduler PPO settings (models/scheduler_agent.py AgentConfig).
+        agent: other scheduler PPO settings (models/scheduling/agent.py AgentConfig).
         i_max: the workload's largest actor count I_max (the scheduler's action space).
         preset: a variant of the env's preset for the workload's unset parameters, e.g.
             locomotion (Hopper-v5, HalfCheetah-v5: a J that needs forward motion); default the

@@ -20,7 +20,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from models.errors import ConfigError
-from models.report import MODEL_TRAINING_UI
+from models.report.run_report import MODEL_TRAINING_UI
 
 REACH_TIMEOUT_S = 5.0
 EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}

@@ -37,13 +37,13 @@ from flows.cli import flow_arguments, given_arguments, quiet_console  # noqa: E4
 from flows.lean_subflow import lean_start  # noqa: E402
 from flows.round_task_runner import SharedThreadPoolTaskRunner, results_of  # noqa: E402
 from flows.tracking import RunTracker, default_tracking_uri, project_root  # noqa: E402
-from models.checkpoint import RunCheckpoint, load_run_checkpoint  # noqa: E402
-from models.config import SYSTEM_CLUSTER, ConfigError, RunConfig  # noqa: E402
-from models.journal import RoundJournal  # noqa: E402
-from models.learned_scheduler import is_learned_spec, is_mlflow_uri, parse_learned_spec  # noqa: E402
-from models.presets import resolve_run_changes, resolve_run_config  # noqa: E402
-from models.rollout import RolloutBatch  # noqa: E402
-from models.session import RunSummary, TrainingSession  # noqa: E402
+from models.rl.rollout import RolloutBatch  # noqa: E402
+from models.run.checkpoint import RunCheckpoint, load_run_checkpoint  # noqa: E402
+from models.run.config import SYSTEM_CLUSTER, ConfigError, RunConfig  # noqa: E402
+from models.run.journal import RoundJournal  # noqa: E402
+from models.run.presets import resolve_run_changes, resolve_run_config  # noqa: E402
+from models.run.session import RunSummary, TrainingSession  # noqa: E402
+from models.scheduling.learned import is_learned_spec, is_mlflow_uri, parse_learned_spec  # noqa: E402
 from tasks.backends import ActorBackend, make_backend  # noqa: E402
 from tasks.chaos import chaos_point  # noqa: E402
 from tasks.rounds import ActorFailure, evaluate, rollout, schedule, update  # noqa: E402
@@ -189,7 +189,7 @@ def train(
     """Train PPO on `env` with per-round actor counts chosen by `scheduler`.
 
     Every parameter left unset comes from the workload's preset (models/data/presets.toml), then
-    from models/config.py RunConfig's defaults; all of them become one RunConfig.
+    from models/run/config.py RunConfig's defaults; all of them become one RunConfig.
 
     Args:
         env: gymnasium env id or 'module:EnvName' (default CartPole-v1).
@@ -199,7 +199,7 @@ def train(
             from this run's tracking_uri (into checkpoint_dir/scheduler-artifacts).
         target_return: J; training stops once a round's mean episode return reaches it.
         budget_usd: B, a hard limit: a round starts only when an upper bound of its cost fits in
-            what is left (round 0 included; models/budget.py).
+            what is left (round 0 included; models/billing/budget.py).
         max_rounds: K; at most this many rounds.
         i_max: largest actor count a scheduler may choose (default 32).
         fragment: env steps each actor samples per round.
@@ -237,7 +237,7 @@ def train(
             actor_retries, quorum, evaluation and learner_device may be changed (recorded as
             the MLflow tag minionsrl.resume_changes); any other differing value is refused.
         warm_actors: work-pool backend: warm actor servers to keep between rounds (default 0).
-        backend_options: further options of the backend (models/config.py *BackendSpec), e.g.
+        backend_options: further options of the backend (models/run/config.py *BackendSpec), e.g.
             {"actor_deployment": "actor/aci-actor"} or {"dask_address": "tcp://host:8786"}.
         register_model: register the final policy's MLflow model under this name (a new
             version each run); it is logged as a model of the run either way.

@@ -1,6 +1,6 @@
 """Where actors run. Every backend takes an ActorJob and hands back a RolloutBatch.
 
-The run's typed backend spec (models/config.py) picks one; the round loop never changes:
+The run's typed backend spec (models/run/config.py) picks one; the round loop never changes:
 
 - local: warm worker processes on this machine (tasks/local_pool.py);
 - work-pool: each actor is its own flow run on a Prefect work pool (process here, Azure
@@ -11,7 +11,7 @@ The run's typed backend spec (models/config.py) picks one; the round loop never 
 
 Every backend sets batch.timings.dispatched_at (hand-off) and .received_at (batch back) and
 .cold_start (the actor's process had to boot for it); the actor itself records the rest of
-its `ActorTimings` (models/timings.py).
+its `ActorTimings` (models/rl/timings.py).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
-from models.config import BackendSpec, DaskBackendSpec, LocalBackendSpec, WorkPoolBackendSpec
-from models.rollout import ActorJob, RolloutBatch
+from models.rl.rollout import ActorJob, RolloutBatch
+from models.run.config import BackendSpec, DaskBackendSpec, LocalBackendSpec, WorkPoolBackendSpec
 from tasks.errors import ActorError
 from tasks.local_pool import LocalActorPool
 
@@ -85,7 +85,7 @@ class LocalBackend:
 
 def make_backend(spec: BackendSpec, env_id: str, prewarm: bool = True,
                  max_running: int | None = None) -> ActorBackend:
-    """The backend a run's typed spec (models/config.py) names, with its options.
+    """The backend a run's typed spec (models/run/config.py) names, with its options.
 
     prewarm: start actor processes or servers before the first round and wait until ready.
     max_running: local backend: at most this many actors at once (a server cluster's pool,

@@ -26,7 +26,7 @@ import time
 import uuid
 from typing import Any
 
-from models.rollout import ActorJob, RolloutBatch
+from models.rl.rollout import ActorJob, RolloutBatch
 from tasks.errors import ActorError
 
 _jobs_done = 0  # per worker process: the first actor in a process is a cold start
@@ -39,7 +39,7 @@ def _prewarm(env_id: str | None) -> int:
 
     torch.set_num_threads(1)
     if env_id:
-        from models.envs import env_spaces
+        from models.envs.batch import env_spaces
 
         env_spaces(env_id)
     return os.getpid()
@@ -50,7 +50,7 @@ def _actor(job: ActorJob) -> RolloutBatch:
     global _jobs_done
     import torch
 
-    from models.rollout import run_actor
+    from models.rl.rollout import run_actor
 
     cold = _jobs_done == 0
     torch.set_num_threads(1)

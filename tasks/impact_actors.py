@@ -3,7 +3,7 @@
 Each worker (one core, one torch thread) loops until told to stop: take the newest weights the
 learner has published (a shared-memory float32 vector and its version, read under a lock: no
 pickle, and a busy worker never blocks the learner), sample a fragment from its own persistent
-envs with models/rollout.py `sample_fragment` (so returns and episode statistics are PPO's), and
+envs with models/rl/rollout.py `sample_fragment` (so returns and episode statistics are PPO's), and
 send it back over its pipe tagged with the weights' version. It never waits for a round.
 
 A receiver thread in the learner's process reads every worker's pipe into a queue, so actors
@@ -16,7 +16,7 @@ chunk in a Prefect task).
 Backends: local (`ImpactActorPool`) and dask (`DaskImpactActorPool`: each actor a long-running
 Dask task, weights through a Dask Variable, fragments through a Dask Queue). The work-pool
 backend is refused by design: its actors are one flow run per job, ephemeral and one-shot per
-round, the opposite of IMPACT's always-on actors (models/impact.py validates it).
+round, the opposite of IMPACT's always-on actors (models/impact/learner.py validates it).
 """
 
 from __future__ import annotations
@@ -35,15 +35,21 @@ from multiprocessing.connection import Connection, wait
 
 import numpy as np
 
-from models.envs import env_spaces
-from models.impact import ImpactConfig, ImpactFragment, ImpactLearner, ImpactProgress, StatsAccumulator
-from models.normalization import NormLayout, NormStats
-from models.timings import ActorTimings
-from models.wire import Codec
+from models.envs.batch import env_spaces
+from models.impact.learner import (
+    ImpactConfig,
+    ImpactFragment,
+    ImpactLearner,
+    ImpactProgress,
+    StatsAccumulator,
+)
+from models.rl.normalization import NormLayout, NormStats
+from models.rl.timings import ActorTimings
+from models.run.wire import Codec
 from tasks.errors import ActorError
 
 _READY, _FRAGMENT, _ERROR = "ready", "fragment", "error"
-# Dask: fragments cross the scheduler as models/wire.py bytes (no pickle); weights as raw float32.
+# Dask: fragments cross the scheduler as models/run/wire.py bytes (no pickle); weights as raw float32.
 FRAGMENT_CODEC = Codec(ImpactFragment)
 
 
@@ -71,10 +77,10 @@ def _worker_main(conn: Connection, env_id: str, cfg: ImpactConfig, seed: int, ac
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
 
-    from models.envs import EnvBatch, env_spaces
-    from models.impact import load_weights_vector
-    from models.policy import ActorCritic
-    from models.rollout import sample_fragment
+    from models.envs.batch import EnvBatch, env_spaces
+    from models.impact.learner import load_weights_vector
+    from models.rl.policy import ActorCritic
+    from models.rl.rollout import sample_fragment
 
     torch.set_num_threads(1)
     t_boot = time.time()
@@ -293,15 +299,15 @@ def _dask_actor_loop(env_id: str, cfg: ImpactConfig, seed: int, actor_index: int
                      names: dict[str, str]) -> int:
     """One IMPACT actor as a long-running Dask task: the local worker's loop, with the newest
     weights (raw float32 bytes) read from a Dask Variable and fragments pushed onto a Dask Queue
-    as models/wire.py bytes, both through the scheduler. Returns the fragments it sent."""
+    as models/run/wire.py bytes, both through the scheduler. Returns the fragments it sent."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
     from distributed import Queue, Variable, get_client
 
-    from models.envs import EnvBatch, env_spaces
-    from models.impact import load_weights_vector
-    from models.policy import ActorCritic
-    from models.rollout import sample_fragment
+    from models.envs.batch import EnvBatch, env_spaces
+    from models.impact.learner import load_weights_vector
+    from models.rl.policy import ActorCritic
+    from models.rl.rollout import sample_fragment
 
     torch.set_num_threads(1)
     client = get_client()

@@ -21,7 +21,7 @@ import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 
-from models.rollout import ActorJob, RolloutBatch
+from models.rl.rollout import ActorJob, RolloutBatch
 from tasks.errors import ActorError
 from tasks.worker_processes import worker_context
 
@@ -38,11 +38,11 @@ def _worker_main(conn: Connection, warm_env_id: str | None, environ: dict[str, s
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
 
-    from models.rollout import run_actor
+    from models.rl.rollout import run_actor
 
     torch.set_num_threads(1)
     if warm_env_id:  # pre-warm: import the env's modules and build it once
-        from models.envs import env_spaces
+        from models.envs.batch import env_spaces
 
         env_spaces(warm_env_id)
     conn.send((_READY, time.time()))
@@ -141,7 +141,7 @@ class LocalActorPool:
         """Boot seconds (spawn to ready) of worker processes that booted outside any actor's
         billed time, since the last call: those started with the pool, or replacing a dead one,
         that were ready before a job reached them. A cold actor's wait for its worker's boot is
-        billed in that actor's start-up instead (models/timings.py count_boot_as_startup)."""
+        billed in that actor's start-up instead (models/rl/timings.py count_boot_as_startup)."""
         with self._lock:
             for worker in self._idle:
                 if worker.poll_ready():

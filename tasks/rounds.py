@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from models.evaluation import evaluate_policy
-from models.journal import RoundJournal
-from models.ppo import Learner
-from models.rollout import ActorJob, RolloutBatch
-from models.schedulers import RoundState, Scheduler
-from models.timings import ActorPhases
+from models.rl.evaluation import evaluate_policy
+from models.rl.ppo import Learner
+from models.rl.rollout import ActorJob, RolloutBatch
+from models.rl.timings import ActorPhases
+from models.run.journal import RoundJournal
+from models.scheduling.schedulers import RoundState, Scheduler
 from tasks.backends import ActorBackend, ActorError
 from tasks.chaos import chaos_point
 

@@ -6,7 +6,7 @@ the actor writes its batch, the backend reads it back. The block is configured i
 (LocalFileSystem here, AzureBlobStorageContainer for ACI) and named by its slug.
 
 This module moves bytes only; what the bytes mean, and how they are decoded without running
-code, is tasks/workpool/protocol.py's business (models/wire.py: no pickle).
+code, is tasks/workpool/protocol.py's business (models/run/wire.py: no pickle).
 
 The generic block interface has only read_path and write_path. LocalFileSystem gets a fast
 path (atomic rename on write, so a poller never reads half a file; deletes) because actors on a

@@ -23,9 +23,9 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from multiprocessing.context import BaseContext
 
 # What every actor process needs before its first job, imported once in the fork server.
-PRELOAD = ("torch", "gymnasium", "models.rollout", "models.envs", "models.policy", "tasks.local_pool",
+PRELOAD = ("torch", "gymnasium", "models.rl.rollout", "models.envs.batch", "models.rl.policy", "tasks.local_pool",
            # and what a run's plots need (run_aside: rendered while the model is logged)
-           "matplotlib.figure", "matplotlib.backends.backend_agg", "models.report")
+           "matplotlib.figure", "matplotlib.backends.backend_agg", "models.report.run_report")
 
 
 def main_imports() -> list[str]:

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.learned_scheduler import LearnedScheduler
-from models.scheduler_agent import Episode, SchedulerAgent
-from models.scheduler_features import RoundState, StateNormaliser
-from models.scheduler_provenance import SchedulerWorkload, TrainingSession
-from models.scheduler_reward import episode_rewards
+from models.scheduling.agent import Episode, SchedulerAgent
+from models.scheduling.features import RoundState, StateNormaliser
+from models.scheduling.learned import LearnedScheduler
+from models.scheduling.provenance import SchedulerWorkload, TrainingSession
+from models.scheduling.reward import episode_rewards
 
 
 @dataclass(frozen=True)

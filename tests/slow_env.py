@@ -71,7 +71,7 @@ FAULT_DIR_ENV = "MINIONSRL_TEST_FAULT_DIR"  # where a faulty env notes what it d
 class FaultyCartPole(CartPoleEnv):
     """CartPole that misbehaves in one actor only: the one whose env is reset with fault_seed.
 
-    An actor's env is reset with the actor's seed (models/envs.py EnvBatch: seed *
+    An actor's env is reset with the actor's seed (models/envs/batch.py EnvBatch: seed *
     envs_per_actor + env index), so with run seed 0 and one env per actor, actor i of round 0
     resets with seed i. After after_steps steps that env's process SIGKILLs itself (fault
     "kill") or sleeps for an hour inside step() (fault "hang"); every other actor is plain

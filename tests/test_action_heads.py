@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from models.action_heads import DiagGaussianHead, NumpyGaussianSampler
+from models.rl.action_heads import DiagGaussianHead, NumpyGaussianSampler
 
 
 @pytest.mark.parametrize("log_std_shape", [(3,), (1, 3)])
@@ -38,7 +38,7 @@ def test_gaussian_sample_log_probs_and_moments():
 
 
 def make_actor(n_obs, n_act, seed=0):
-    torch.manual_seed(seed)  # the layout of models.networks.mlp: Linear/Tanh, 64x64
+    torch.manual_seed(seed)  # the layout of models.rl.networks.mlp: Linear/Tanh, 64x64
     actor = nn.Sequential(nn.Linear(n_obs, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, n_act))
     for layer in actor:  # a non-trivial mean
         if isinstance(layer, nn.Linear):

@@ -10,9 +10,9 @@ from types import SimpleNamespace
 import pytest
 from mlflow.tracking import MlflowClient
 
-from models.report import artifact_key
-from models.scheduler_training import SchedulerEpisodeRecord
-from models.session import RoundRecord
+from models.report.run_report import artifact_key
+from models.run.session import RoundRecord
+from models.scheduling.training import SchedulerEpisodeRecord
 
 
 @pytest.mark.e2e
@@ -165,7 +165,7 @@ def test_a_failed_impact_training_publishes_its_chunks_and_the_error(prefect_api
     from prefect.client.schemas.filters import ArtifactCollectionFilter, ArtifactCollectionFilterKey
 
     from flows.artifacts import ImpactArtifacts
-    from models.impact import ImpactChunkRecord, ImpactRunConfig
+    from models.impact.learner import ImpactChunkRecord, ImpactRunConfig
 
     cfg = ImpactRunConfig(env_id="CartPole-v1", target_return=475.0, max_env_steps=10_000, max_wall_s=60.0)
 

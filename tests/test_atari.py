@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from models.atari import RecordGameScore, game_score_of, is_atari, make_atari_env
+from models.envs.atari import RecordGameScore, game_score_of, is_atari, make_atari_env
 
 GAMES = ["QbertNoFrameskip-v4", "SpaceInvadersNoFrameskip-v4", "GravitarNoFrameskip-v4"]
 OBS_SHAPE = (4, 84, 84)
@@ -148,8 +148,8 @@ def test_is_atari():
 def test_reused_envs_sample_what_new_envs_sample():
     """Warm workers keep their built Atari envs (0.17 s each to build): a reused env that was left
     mid-game (after lost lives) samples exactly what a new one does from the same seed."""
-    from models.envs import EnvBatch, close_idle_envs
-    from models.rollout import sample_fragment
+    from models.envs.batch import EnvBatch, close_idle_envs
+    from models.rl.rollout import sample_fragment
 
     def random_policy(seed):
         rng = np.random.default_rng(seed)

@@ -16,10 +16,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # spawned workers copy sys.path: they can import tests.slow_env
     sys.path.insert(0, str(ROOT))
 
-from models.config import LocalBackendSpec  # noqa: E402
-from models.envs import env_spaces  # noqa: E402
-from models.policy import ActorCritic, weights_to_bytes  # noqa: E402
-from models.rollout import ActorJob  # noqa: E402
+from models.envs.batch import env_spaces  # noqa: E402
+from models.rl.policy import ActorCritic, weights_to_bytes  # noqa: E402
+from models.rl.rollout import ActorJob  # noqa: E402
+from models.run.config import LocalBackendSpec  # noqa: E402
 from tasks.backends import ActorError, LocalBackend, make_backend  # noqa: E402
 from tests.slow_env import HANG, SLOW, SLOW_TO_MAKE  # noqa: E402
 
@@ -165,7 +165,7 @@ def test_pool_boots_are_reported_once_for_billing_and_match_the_processes_boot()
 def test_max_running_gates_a_pool_larger_than_the_cores():
     """A server cluster's pool keeps more processes than this machine has cores: at most
     max_running actors sample at once, and the wait for a core is queueing, not the actor's time."""
-    from models.timings import ActorPhases
+    from models.rl.timings import ActorPhases
 
     b = LocalBackend(workers=3, warm_env_id="CartPole-v1", max_running=1)
     try:

@@ -1,4 +1,4 @@
-"""The budget rule's upper bound of a round's cost (models/budget.py), computed by hand."""
+"""The budget rule's upper bound of a round's cost (models/billing/budget.py), computed by hand."""
 
 from __future__ import annotations
 
@@ -7,8 +7,15 @@ import dataclasses
 import pytest
 import torch
 
-from models.budget import BOUND_MARGIN, FORWARD_PASSES, Measured, RunShape, calibrate_learner, round_bound
-from models.cost import PriceTable
+from models.billing.budget import (
+    BOUND_MARGIN,
+    FORWARD_PASSES,
+    Measured,
+    RunShape,
+    calibrate_learner,
+    round_bound,
+)
+from models.billing.cost import PriceTable
 
 SHAPE = RunShape(fragment=64, update_epochs=4, minibatch_size=128, backend="local",
                  learner_device="cpu", learner_s_per_unit_calibrated=0.01)
@@ -63,8 +70,8 @@ def test_the_learner_bound_grows_with_the_batch_and_never_drops_below_the_smalle
 
 
 def test_calibration_leaves_the_policy_and_the_random_state_untouched():
-    from models.envs import env_spaces
-    from models.policy import ActorCritic
+    from models.envs.batch import env_spaces
+    from models.rl.policy import ActorCritic
 
     spaces = env_spaces("CartPole-v1")
     torch.manual_seed(0)
@@ -79,7 +86,7 @@ def test_calibration_leaves_the_policy_and_the_random_state_untouched():
 
 
 def test_a_cluster_round_is_bounded_by_its_wall_time_at_the_cluster_price(prices):
-    from models.budget import cluster_round_bound
+    from models.billing.budget import cluster_round_bound
 
     shape = dataclasses.replace(SHAPE, host_cores=2)
     prior_wall = 2 * (10.0 + 64 * 0.0025) + 5.0  # 2 waves of prior actors + the overhead prior

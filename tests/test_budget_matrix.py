@@ -13,8 +13,8 @@ from __future__ import annotations
 import pytest
 from mlflow.tracking import MlflowClient
 
-from models.budget import BOUND_MARGIN
-from models.cost import PriceTable
+from models.billing.budget import BOUND_MARGIN
+from models.billing.cost import PriceTable
 
 pytestmark = pytest.mark.e2e
 

@@ -23,7 +23,7 @@ RUN = {"env": "CartPole-v1", "scheduler": "fixed:1", "fragment": 64, "seed": 9, 
 
 
 def check_consistent(client: MlflowClient, run_id: str, checkpoint: str, rounds: int) -> float:
-    from models.checkpoint import load_run_checkpoint
+    from models.run.checkpoint import load_run_checkpoint
 
     steps = sorted(m.step for m in client.get_metric_history(run_id, "time/round_s"))
     assert steps == list(range(rounds)), f"round steps logged {steps}"  # none missing, none twice
@@ -86,7 +86,7 @@ def test_a_real_sigkill_between_checkpoint_and_mlflow_record(prefect_api_url, ml
     # The killed process's flow run was left Running; the resume marked it Crashed.
     from prefect import get_client
 
-    from models.checkpoint import load_run_checkpoint
+    from models.run.checkpoint import load_run_checkpoint
 
     killed_run, resumed_run = load_run_checkpoint(checkpoint).progress["flow_run_ids"]
     assert client.get_run(run.info.run_id).data.tags["prefect.flow_run_id"] == resumed_run

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from models.config import ConfigError, LocalBackendSpec, PPOConfig, RunConfig
-from models.presets import resolve_run_config
+from models.run.config import ConfigError, LocalBackendSpec, PPOConfig, RunConfig
+from models.run.presets import resolve_run_config
 
 
 def resolve(env_id: str = "CartPole-v1", **overrides) -> RunConfig:
@@ -108,7 +108,7 @@ def test_module_env_id_imports_its_module_like_gym_make(tmp_path, monkeypatch):
     """'module:EnvName' (gymnasium's convention): the module is imported, then EnvName must exist."""
     import gymnasium as gym
 
-    from models.envs import env_spaces
+    from models.envs.batch import env_spaces
 
     (tmp_path / "registers_tmp_env.py").write_text(
         "from gymnasium.envs.registration import register\n"
@@ -165,7 +165,7 @@ def test_a_preset_variant_fills_what_is_unset_and_is_recorded():
 
 
 def test_a_resume_keeps_its_preset_variant():
-    from models.presets import resolve_run_changes
+    from models.run.presets import resolve_run_changes
 
     stored = resolve("Hopper-v5", preset="locomotion")
     assert resolve_run_changes({"preset": "locomotion", "max_rounds": 9}, stored) == {"max_rounds": 9}
@@ -174,7 +174,7 @@ def test_a_resume_keeps_its_preset_variant():
 
 
 def test_backend_options_become_a_typed_spec():
-    from models.config import DaskBackendSpec, WorkPoolBackendSpec
+    from models.run.config import DaskBackendSpec, WorkPoolBackendSpec
 
     cfg = resolve(backend="work-pool", warm_actors=3, backend_options={"actor_deployment": "actor/aci"})
     assert cfg.backend == WorkPoolBackendSpec(actor_deployment="actor/aci", warm_actors=3)
@@ -197,7 +197,7 @@ def test_run_config_round_trips_through_plain_data_with_its_prices(tmp_path):
 
 
 def test_a_resume_may_change_only_where_and_how_long_it_runs():
-    from models.presets import resolve_run_changes
+    from models.run.presets import resolve_run_changes
 
     stored = resolve(max_rounds=10, seed=2)
     changes = resolve_run_changes({"max_rounds": 20, "seed": 2, "quorum": 0.5, "local_workers": 1}, stored)
@@ -247,7 +247,7 @@ def test_a_server_cluster_refuses_what_it_cannot_run(overrides, match):
 
 
 def test_a_server_cluster_run_cannot_resume_on_another_backend():
-    from models.presets import resolve_run_changes
+    from models.run.presets import resolve_run_changes
 
     stored = resolve(system="server-cluster")
     with pytest.raises(ConfigError, match="use backend local"):

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from models.config import ConfigError
-from models.cost import (
+from models.billing.cost import (
     PriceTable,
     Resources,
     bill_cluster_round,
@@ -15,6 +14,7 @@ from models.cost import (
     server_cluster_cost,
     warm_idle_cost,
 )
+from models.run.config import ConfigError
 
 # Published hourly prices (models/data/prices.toml) and the packaged resources (models/data/prices.toml):
 #   actor   = 1 vCPU + 1 GB          -> 0.0405 + 0.00445                 = 0.04495 $/h

@@ -34,7 +34,7 @@ def test_train_two_rounds_on_a_local_dask_cluster(prefect_api_url, mlflow_uri, t
 
 
 def test_dask_actor_past_its_timeout_restarts_its_worker():
-    from models.config import DaskBackendSpec
+    from models.run.config import DaskBackendSpec
     from tasks.backends import ActorError, make_backend
 
     backend = make_backend(DaskBackendSpec(workers=2), "CartPole-v1")

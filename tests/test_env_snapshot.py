@@ -1,4 +1,4 @@
-"""models/env_snapshot.py and carry_episodes: an episode handed from one actor to the next
+"""models/envs/snapshot.py and carry_episodes: an episode handed from one actor to the next
 continues exactly where it was left, through the wire format and the checkpoint too."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from models.config import ConfigError
-from models.env_snapshot import EnvSnapshot, supports_snapshots
-from models.envs import EnvBatch, make_env
-from models.normalization import Moments, NormStats
-from models.policy import ActorCritic, weights_to_bytes
-from models.rollout import ActorJob, RolloutBatch, run_actor, sample_fragment
-from models.wire import Codec
+from models.envs.batch import EnvBatch, make_env
+from models.envs.snapshot import EnvSnapshot, supports_snapshots
+from models.rl.normalization import Moments, NormStats
+from models.rl.policy import ActorCritic, weights_to_bytes
+from models.rl.rollout import ActorJob, RolloutBatch, run_actor, sample_fragment
+from models.run.config import ConfigError
+from models.run.wire import Codec
 
 
 def tanh_policy(env_id: str):
@@ -96,7 +96,7 @@ def test_snapshots_travel_through_the_wire_and_the_checkpoint():
 
 
 def test_only_mujoco_envs_carry_episodes_and_the_config_says_so_before_anything_runs():
-    from models.presets import resolve_run_config
+    from models.run.presets import resolve_run_config
 
     assert supports_snapshots(make_env("Hopper-v5"))
     assert not supports_snapshots(make_env("CartPole-v1"))

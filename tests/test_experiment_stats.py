@@ -1,4 +1,4 @@
-"""The experiments' statistics (models/experiment_stats.py) on hand-computed values."""
+"""The experiments' statistics (models/report/experiment_stats.py) on hand-computed values."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from models.experiment_stats import (
+from models.report.experiment_stats import (
     AggregateRow,
     PhaseRow,
     actor_rounds,
@@ -28,8 +28,8 @@ from models.experiment_stats import (
     stripped,
     summary_record,
 )
-from models.scheduler_features import SchedulerTrace
-from models.session import STOP_TARGET, RoundRecord, RunSummary
+from models.run.session import STOP_TARGET, RoundRecord, RunSummary
+from models.scheduling.features import SchedulerTrace
 
 
 def _round(k: int, actors: int) -> RoundRecord:
@@ -177,7 +177,7 @@ def test_importing_the_statistics_loads_neither_prefect_nor_mlflow():
     import sys
     from pathlib import Path
 
-    code = ("import sys\nimport models.experiment_stats\n"
+    code = ("import sys\nimport models.report.experiment_stats\n"
             "print(','.join(sorted(m for m in sys.modules if m.split('.')[0].startswith(('prefect', 'mlflow')))))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1],
                           capture_output=True, text=True, timeout=120)
@@ -215,7 +215,7 @@ def test_judged_against_the_best_fixed_count():
 
 
 def test_a_learned_scheduler_that_is_a_fixed_count_is_named_as_that_count():
-    from models.experiment_stats import same_schedule_as
+    from models.report.experiment_stats import same_schedule_as
 
     learned = [_summary(1.0, 0.1, True, [1, 1, 1]), _summary(1.2, 0.1, True, [1, 1], seed=1)]
     fixed = {"max": [_summary(9.0, 1.0, True, [1, 1, 1]), _summary(9.0, 1.0, True, [1, 1], seed=1)],

@@ -14,7 +14,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from flows.experiments.results import ExperimentResult
-from models.config import ConfigError
+from models.run.config import ConfigError
 
 pytestmark = pytest.mark.e2e
 
@@ -26,9 +26,9 @@ def test_transfer_end_to_end_on_a_workload_the_source_never_saw(prefect_api_url,
     from flows.experiments import scheduler_transfer
     from flows.scheduler_flows import ARTIFACT_DIR, ARTIFACT_NAME
     from flows.tracking import RunTracker
-    from models.learned_scheduler import load_scheduler, save_scheduler
-    from models.scheduler_agent import SchedulerAgent
-    from models.scheduler_provenance import SchedulerProvenance
+    from models.scheduling.agent import SchedulerAgent
+    from models.scheduling.learned import load_scheduler, save_scheduler
+    from models.scheduling.provenance import SchedulerProvenance
     from tests.scheduler_fixtures import trained_session
 
     # The source: a CartPole-style scheduler for i_max 4, logged in the experiment's own MLflow
@@ -78,7 +78,7 @@ def test_transfer_end_to_end_on_a_workload_the_source_never_saw(prefect_api_url,
     from prefect import get_client
     from prefect.client.schemas.filters import ArtifactCollectionFilter, ArtifactCollectionFilterKey
 
-    from models.report import artifact_key
+    from models.report.run_report import artifact_key
 
     key = artifact_key("experiment-progress", result.run_id)
     with get_client(sync_client=True) as prefect:
@@ -96,9 +96,9 @@ def test_compare_sweeps_fixed_counts_and_judges_the_learned_scheduler_against_th
     from prefect.client.schemas.filters import ArtifactCollectionFilter, ArtifactCollectionFilterKey
 
     from flows.experiments import compare_schedulers
-    from models.learned_scheduler import save_scheduler
-    from models.report import artifact_key
-    from models.scheduler_agent import SchedulerAgent
+    from models.report.run_report import artifact_key
+    from models.scheduling.agent import SchedulerAgent
+    from models.scheduling.learned import save_scheduler
 
     learned = save_scheduler(tmp_path / "s.pt", SchedulerAgent(2, seed=3))
     prices = tmp_path / "prices.toml"  # a 2-core server cluster
@@ -184,8 +184,8 @@ def test_a_resumed_compare_keeps_its_finished_runs_and_runs_only_the_rest(prefec
     from importlib import resources
 
     from flows.experiments import common, compare_schedulers
-    from models.learned_scheduler import save_scheduler
-    from models.scheduler_agent import SchedulerAgent
+    from models.scheduling.agent import SchedulerAgent
+    from models.scheduling.learned import save_scheduler
 
     learned = save_scheduler(tmp_path / "s.pt", SchedulerAgent(2, seed=3))
     prices = tmp_path / "prices.toml"  # a 2-core server cluster
@@ -270,8 +270,8 @@ def test_transfer_command_line(monkeypatch, capsys, argv, expected):
 
 def test_learned_spec_names_the_packaged_scheduler():
     from flows.experiments import LEARNED, learned_spec
-    from models.learned_scheduler import LearnedScheduler, resolve_checkpoint, shipped_checkpoint
-    from models.schedulers import make_scheduler
+    from models.scheduling.learned import LearnedScheduler, resolve_checkpoint, shipped_checkpoint
+    from models.scheduling.schedulers import make_scheduler
 
     assert resolve_checkpoint(LEARNED) == shipped_checkpoint()  # finetune's source
     assert isinstance(make_scheduler(learned_spec(LEARNED), 32, 60, -100.0), LearnedScheduler)
@@ -350,7 +350,7 @@ def test_each_flow_loads_from_its_own_file(monkeypatch, entrypoint, name):
 
 def test_an_experiment_reads_unset_settings_from_the_env_preset(mlflow_uri):
     from flows.experiments.common import Experiment
-    from models.presets import resolve_run_config
+    from models.run.presets import resolve_run_config
 
     preset = resolve_run_config({"env": "CartPole-v1", "tracking_uri": mlflow_uri, "checkpoint_dir": "c"})
     with Experiment("probe", "CartPole-v1", {}, {"fragment": 128}, mlflow_uri, None, None) as exp:
@@ -382,8 +382,8 @@ def test_motivation_and_actors_curve_return_their_tables_and_runs(prefect_api_ur
     run and plot are in MLflow."""
     from flows.experiments import actors_curve, motivation
     from flows.experiments.results import ActorsCurveResult, MotivationResult
-    from models.learned_scheduler import save_scheduler
-    from models.scheduler_agent import SchedulerAgent
+    from models.scheduling.agent import SchedulerAgent
+    from models.scheduling.learned import save_scheduler
 
     common = {"seeds": [0], "tracking_uri": mlflow_uri, "checkpoint_dir": str(tmp_path / "ckpt"),
               "fragment": 128, "local_workers": 1}

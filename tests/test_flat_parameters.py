@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.envs import env_spaces
-from models.flat_parameters import FlatAdam, FlatParameters, flat_adam_state
-from models.policy import ActorCritic
+from models.envs.batch import env_spaces
+from models.rl.flat_parameters import FlatAdam, FlatParameters, flat_adam_state
+from models.rl.policy import ActorCritic
 
 
 def policy(env_id: str = "Hopper-v5", seed: int = 0) -> ActorCritic:

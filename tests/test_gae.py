@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models.gae import compute_gae, episode_gae, next_values_for
+from models.rl.gae import compute_gae, episode_gae, next_values_for
 
 GAMMA, LAM = 0.9, 0.8
 GL = GAMMA * LAM  # 0.72: the trace decay between consecutive steps of one episode
@@ -164,7 +164,7 @@ def test_episode_gae_of_a_finished_episode_by_hand():
 
 
 def reference_episode_gae(rewards, values, gamma, lam):
-    """The scheduler agent's own 1-D loop before it used models/gae.py."""
+    """The scheduler agent's own 1-D loop before it used models/rl/gae.py."""
     adv = np.zeros(len(rewards), dtype=np.float64)
     last = 0.0
     for t in reversed(range(len(rewards))):

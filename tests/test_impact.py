@@ -1,4 +1,4 @@
-"""IMPACT's learner (models/impact.py): buffer reuse, target-network schedule, the surrogate, config."""
+"""IMPACT's learner (models/impact/learner.py): buffer reuse, target-network schedule, the surrogate, config."""
 
 from __future__ import annotations
 
@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from models.config import ConfigError
-from models.cost import PriceTable, server_cluster_cost
-from models.envs import EnvBatch, env_spaces
-from models.impact import (
+from models.billing.cost import PriceTable, server_cluster_cost
+from models.envs.batch import EnvBatch, env_spaces
+from models.impact.learner import (
     FragmentBuffer,
     ImpactConfig,
     ImpactFragment,
@@ -24,9 +23,10 @@ from models.impact import (
     resolve_impact_config,
     weights_vector,
 )
-from models.normalization import Moments, NormDeltas, NormStats, RunningMeanStd
-from models.policy import ActorCritic
-from models.rollout import sample_fragment
+from models.rl.normalization import Moments, NormDeltas, NormStats, RunningMeanStd
+from models.rl.policy import ActorCritic
+from models.rl.rollout import sample_fragment
+from models.run.config import ConfigError
 
 
 def _fake(i: int, version: int = 0) -> ImpactFragment:

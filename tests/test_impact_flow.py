@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from models.config import ConfigError
-from models.envs import env_spaces
-from models.impact import ImpactConfig, ImpactLearner, ImpactProgress
-from models.normalization import Moments, NormStats
-from models.report import artifact_key
+from models.envs.batch import env_spaces
+from models.impact.learner import ImpactConfig, ImpactLearner, ImpactProgress
+from models.report.run_report import artifact_key
+from models.rl.normalization import Moments, NormStats
+from models.run.config import ConfigError
 from tasks.impact_actors import ChunkClock, ImpactActorPool, learn_chunk
 from tests.prefect_reads import task_runs_eventually
 

@@ -1,4 +1,4 @@
-"""The learned scheduler (models/learned_scheduler.py): spec, trace, resume, checkpoints and their safety."""
+"""The learned scheduler (models/scheduling/learned.py): spec, trace, resume, checkpoints and their safety."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from models.config import ConfigError
-from models.learned_scheduler import (
+from models.run.config import ConfigError
+from models.scheduling.agent import Episode, SchedulerAgent
+from models.scheduling.features import RoundState, StateNormaliser
+from models.scheduling.learned import (
     FORMAT,
     VERSION,
     LearnedScheduler,
@@ -25,10 +27,8 @@ from models.learned_scheduler import (
     save_scheduler,
     shipped_checkpoint,
 )
-from models.scheduler_agent import Episode, SchedulerAgent
-from models.scheduler_features import RoundState, StateNormaliser
-from models.scheduler_provenance import SchedulerProvenance, SchedulerWorkload, TrainingSession
-from models.schedulers import make_scheduler
+from models.scheduling.provenance import SchedulerProvenance, SchedulerWorkload, TrainingSession
+from models.scheduling.schedulers import make_scheduler
 from tests.scheduler_fixtures import SyntheticRounds, some_states, train_on, trained_session
 
 # -- the scheduler, its trace and its checkpoints ------------------------------------------------
@@ -314,7 +314,7 @@ def test_a_learned_spec_has_a_short_name_for_run_names(spec, name):
 
 
 def test_packaged_schedulers_load_by_name_and_an_unknown_name_lists_them(tmp_path, monkeypatch):
-    from models.learned_scheduler import packaged_names
+    from models.scheduling.learned import packaged_names
 
     assert "cartpole" in packaged_names()
     assert resolve_checkpoint("cartpole").name == "cartpole.pt"
@@ -326,7 +326,7 @@ def test_packaged_schedulers_load_by_name_and_an_unknown_name_lists_them(tmp_pat
 
 
 def test_every_packaged_scheduler_loads_safely_and_has_its_card():
-    from models.learned_scheduler import packaged_names
+    from models.scheduling.learned import packaged_names
 
     for name in packaged_names():
         path = shipped_checkpoint(name)

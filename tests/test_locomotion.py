@@ -9,10 +9,10 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from models.envs import env_spaces
-from models.evaluation import evaluate_policy, run_episodes
-from models.locomotion import LOCOMOTION_PROBES, EpisodeMotion, MotionSummary, probe_for
-from models.policy import ActorCritic
+from models.envs.batch import env_spaces
+from models.envs.locomotion import LOCOMOTION_PROBES, EpisodeMotion, MotionSummary, probe_for
+from models.rl.evaluation import evaluate_policy, run_episodes
+from models.rl.policy import ActorCritic
 
 
 @pytest.mark.parametrize("env_id", sorted(LOCOMOTION_PROBES))
@@ -109,8 +109,8 @@ def test_motion_summary():
 
 
 def test_locomotion_presets_leave_the_papers_presets_as_they_are():
-    from models.config import ConfigError, PPOConfig
-    from models.presets import preset_for
+    from models.run.config import ConfigError, PPOConfig
+    from models.run.presets import preset_for
 
     base = preset_for("Hopper-v5")
     assert base["target_return"] == 600 and base["ppo"]["gamma"] == 0.999 and "locomotion" not in base

@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from models.cost import PriceTable, round_cost
-from models.metrics import busy_span, mean_return, round_metrics
-from models.rollout import RolloutBatch
-from models.timings import ActorPhases, ActorTimings
+from models.billing.cost import PriceTable, round_cost
+from models.rl.rollout import RolloutBatch
+from models.rl.timings import ActorPhases, ActorTimings
+from models.run.metrics import busy_span, mean_return, round_metrics
 
 
 @pytest.mark.parametrize(
@@ -164,7 +164,7 @@ def test_a_round_on_one_core_per_actor_is_p_k_plus_its_orchestration():
     """Two actors that had to take turns on one core here (the second queued behind the first):
     on a cluster with a core each the round is P_k plus what the round spent outside actors and
     learner, which is less than this machine's wall."""
-    from models.metrics import one_core_per_actor_wall_s
+    from models.run.metrics import one_core_per_actor_wall_s
 
     first = ActorTimings(requested_at=0.0, started_at=0.0, startup_s=0.0, weight_load_s=0.0,
                          sampling_s=1.0, sampled_at=1.0, sent_at=1.0, received_at=1.0)

@@ -4,7 +4,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from models.networks import NatureCNN, mlp
+from models.rl.networks import NatureCNN, mlp
 
 
 def test_nature_cnn_shapes_and_init():

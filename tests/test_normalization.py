@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from models.normalization import (
+from models.rl.normalization import (
     Moments,
     ObservationNormalizer,
     RewardScaler,

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from models.action_heads import NumpyCategoricalSampler
-from models.envs import EnvSpaces, env_spaces
-from models.policy import ActorCritic, weights_from_bytes, weights_to_bytes
+from models.envs.batch import EnvSpaces, env_spaces
+from models.rl.action_heads import NumpyCategoricalSampler
+from models.rl.policy import ActorCritic, weights_from_bytes, weights_to_bytes
 from tests.fingerprints import assert_same_fingerprint, fingerprint
 
 SPACES = EnvSpaces(obs_shape=(3,), obs_dtype=np.dtype(np.float32), discrete=True, n_actions=4)

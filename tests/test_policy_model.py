@@ -14,12 +14,12 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from flows.policy_model import log_policy_model
-from models.checkpoint import PolicyArtifact, save_policy
-from models.config import PPOConfig
-from models.envs import env_spaces
-from models.normalization import RunningMeanStd
-from models.ppo import Learner
-from models.predictor import PolicyPredictor, spaces_from_dict, spaces_to_dict
+from models.envs.batch import env_spaces
+from models.rl.normalization import RunningMeanStd
+from models.rl.ppo import Learner
+from models.rl.predictor import PolicyPredictor, spaces_from_dict, spaces_to_dict
+from models.run.checkpoint import PolicyArtifact, save_policy
+from models.run.config import PPOConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 

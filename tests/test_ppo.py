@@ -9,10 +9,10 @@ import pytest
 import torch
 from torch import nn
 
-from models.config import PPOConfig
-from models.envs import env_spaces
-from models.ppo import Learner, LossCoefficients, ppo_loss
-from models.rollout import RolloutBatch
+from models.envs.batch import env_spaces
+from models.rl.ppo import Learner, LossCoefficients, ppo_loss
+from models.rl.rollout import RolloutBatch
+from models.run.config import PPOConfig
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +137,7 @@ def test_value_and_total_loss_by_hand():
 
 
 def test_an_unknown_value_loss_form_is_refused():
-    from models.config import ConfigError
+    from models.run.config import ConfigError
 
     with pytest.raises(ConfigError, match="ppo.vloss_form must be one of max, clipped"):
         PPOConfig(vloss_form="huber").validate()
@@ -332,7 +332,7 @@ def test_non_finite_input_or_loss_stops_the_update_before_a_step():
     import dataclasses
 
     from models.errors import NonFiniteError
-    from models.rollout import ActorJob, run_actor
+    from models.rl.rollout import ActorJob, run_actor
 
     learner = Learner(env_spaces("CartPole-v1"), PPOConfig(minibatch_size=32, update_epochs=1), seed=0)
     job = ActorJob("CartPole-v1", 0, 3, 7, 64, 1, learner.cfg.hidden, learner.weights())

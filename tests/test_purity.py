@@ -57,8 +57,8 @@ def test_models_never_import_prefect(path):
 
 def test_importing_pure_modules_does_not_load_prefect():
     code = ("import sys\n"
-            "import models.ppo, models.rollout, models.schedulers, models.cost, models.gae\n"
-            "import models.metrics, models.presets, models.policy, models.envs, models.config\n"
+            "import models.rl.ppo, models.rl.rollout, models.scheduling.schedulers, models.billing.cost, models.rl.gae\n"
+            "import models.run.metrics, models.run.presets, models.rl.policy, models.envs.batch, models.run.config\n"
             "loaded = sorted(m for m in sys.modules if m.split('.')[0].startswith('prefect'))\n"
             "print(','.join(loaded))\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)

@@ -1,4 +1,4 @@
-"""The rendering of a run's progress, round table, summary and plots (models/report.py)."""
+"""The rendering of a run's progress, round table, summary and plots (models/report/run_report.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from models.report import (
+from models.report.run_report import (
     ROUND_COLUMNS,
     MlflowLinks,
     Progress,
@@ -18,8 +18,8 @@ from models.report import (
     summary_markdown,
     table_due,
 )
-from models.scheduler_training import SchedulerEpisodeRecord
-from models.session import RoundRecord, RunSummary
+from models.run.session import RoundRecord, RunSummary
+from models.scheduling.training import SchedulerEpisodeRecord
 
 
 def record(k: int, actors: int, ret: float, cost: float) -> RoundRecord:
@@ -112,7 +112,7 @@ def test_plots_are_pngs_of_return_actors_and_cost(tmp_path):
 
 
 def test_scheduler_training_progress_and_summary():
-    from models.report import episodes_progress, scheduler_summary_markdown
+    from models.report.run_report import episodes_progress, scheduler_summary_markdown
 
     p = episodes_progress(3, 12, -1.25)
     assert p.percent == 25.0 and p.description == "3 of 12 scheduler episodes done, last reward -1.25"
@@ -128,21 +128,21 @@ def test_scheduler_training_progress_and_summary():
 
 
 def impact_cfg(**changes):
-    from models.impact import ImpactRunConfig
+    from models.impact.learner import ImpactRunConfig
 
     return ImpactRunConfig(**{"env_id": "CartPole-v1", "target_return": 475.0, "max_env_steps": 100_000,
                               "max_wall_s": 600.0, **changes})
 
 
 def chunk(i: int, env_steps: int, wall_s: float, ret: float = 21.5):
-    from models.impact import ImpactChunkRecord
+    from models.impact.learner import ImpactChunkRecord
 
     return ImpactChunkRecord(chunk=i, learner_steps=50 * (i + 1), env_steps=env_steps, mean_return=ret,
                              policy_lag_mean=1.25, wall_s=wall_s, server_cluster_usd=0.001 * (i + 1))
 
 
 def test_impact_progress_follows_the_nearest_stop_rule():
-    from models.report import impact_progress
+    from models.report.run_report import impact_progress
 
     assert impact_progress(None, impact_cfg()).percent == 0.0
     steps_nearest = impact_progress(chunk(3, 25_000, 60.0), impact_cfg())  # 25 % of steps, 10 % of wall
@@ -157,8 +157,8 @@ def test_impact_progress_follows_the_nearest_stop_rule():
 
 
 def test_impact_chunk_rows_and_summary():
-    from models.impact import ImpactSummary
-    from models.report import IMPACT_CHUNK_COLUMNS, impact_chunk_rows, impact_summary_markdown
+    from models.impact.learner import ImpactSummary
+    from models.report.run_report import IMPACT_CHUNK_COLUMNS, impact_chunk_rows, impact_summary_markdown
 
     rows = impact_chunk_rows([chunk(0, 512, 1.5, math.nan), chunk(1, 1024, 3.25)])
     assert [tuple(r) for r in rows] == [IMPACT_CHUNK_COLUMNS] * 2
@@ -182,7 +182,7 @@ def test_impact_chunk_rows_and_summary():
 
 
 def test_experiment_progress_and_run_table():
-    from models.report import (
+    from models.report.run_report import (
         EXPERIMENT_RUN_COLUMNS,
         ExperimentRun,
         experiment_progress,

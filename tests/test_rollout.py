@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from models.envs import EnvBatch, env_spaces
-from models.policy import ActorCritic, weights_to_bytes
-from models.rollout import ActorJob, RolloutBatch, run_actor, sample_fragment
+from models.envs.batch import EnvBatch, env_spaces
+from models.rl.policy import ActorCritic, weights_to_bytes
+from models.rl.rollout import ActorJob, RolloutBatch, run_actor, sample_fragment
 
 T, N = 300, 2
 
@@ -206,7 +206,7 @@ def test_counter_episode_returns_are_sums_of_rewards(counter):
 # -- env reuse in warm workers -------------------------------------------------------------------
 
 def test_envs_are_kept_for_the_next_batch_of_the_same_env():
-    from models.envs import close_idle_envs
+    from models.envs.batch import close_idle_envs
 
     def same(a, b):  # the very objects (ids alone could be reused by new objects)
         return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
@@ -228,7 +228,7 @@ def test_envs_are_kept_for_the_next_batch_of_the_same_env():
 def test_reused_envs_sample_what_new_envs_sample(cartpole):
     """run_actor reuses its process's envs; a job after another job (which left its episodes
     mid-way) samples exactly what the same job samples on newly built envs."""
-    from models.envs import close_idle_envs
+    from models.envs.batch import close_idle_envs
 
     close_idle_envs()
     fresh = run_actor(cartpole_job())  # built here

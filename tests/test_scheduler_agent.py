@@ -1,4 +1,4 @@
-"""The scheduler agent (models/scheduler_agent.py): PPO on a synthetic round model, its config.
+"""The scheduler agent (models/scheduling/agent.py): PPO on a synthetic round model, its config.
 
 No Prefect, no environment: tests/scheduler_fixtures.py's synthetic round model stands in for a
 training run.
@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from models.config import ConfigError
-from models.normalization import RunningMeanStd
-from models.scheduler_agent import AgentConfig, Episode, SchedulerAgent, target_std
-from models.scheduler_features import SchedulerDecision
+from models.rl.normalization import RunningMeanStd
+from models.run.config import ConfigError
+from models.scheduling.agent import AgentConfig, Episode, SchedulerAgent, target_std
+from models.scheduling.features import SchedulerDecision
 from tests.fingerprints import assert_same_fingerprint, fingerprint
 from tests.scheduler_fixtures import SyntheticRounds, greedy_schedule, train_on
 
@@ -127,7 +127,7 @@ def test_agent_config_is_validated():
 
 
 # Fingerprint (tests/fingerprints.py) of SchedulerAgent(4, seed=0)'s initial parameters, one thread,
-# matching the sha256 digests captured before its networks came from models/networks.py: the same
+# matching the sha256 digests captured before its networks came from models/rl/networks.py: the same
 # seed still gives the same agent.
 AGENT_INIT_FINGERPRINT = {
     "policy.0.weight": (448.0, -0.2300275, 62.4099842, -0.0950563, -0.0171268, -0.0273682),
@@ -172,7 +172,7 @@ def test_value_scale_is_the_running_statistics_of_the_targets():
 def test_update_of_a_batch_gives_finite_stats_and_moves_the_scale():
     model = SyntheticRounds()
     agent = SchedulerAgent(4, seed=1)
-    from models.learned_scheduler import LearnedScheduler
+    from models.scheduling.learned import LearnedScheduler
 
     sched = LearnedScheduler(agent, model.normaliser(), mode="sample", seed=2)
     outcome = model.run(sched)

@@ -1,4 +1,4 @@
-"""The learned scheduler's features (models/scheduler_features.py): bounded, and meaning what they say."""
+"""The learned scheduler's features (models/scheduling/features.py): bounded, and meaning what they say."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from models.scheduler_features import FEATURES, RoundState, StateNormaliser
+from models.scheduling.features import FEATURES, RoundState, StateNormaliser
 
 EXTREMES = [math.nan, math.inf, -math.inf, 1e300, -1e300, 0.0, -5.0, 1e-300]
 
@@ -62,7 +62,7 @@ def test_normalisation_means_what_it_says():
 
 
 def test_round_state_is_importable_from_the_schedulers_module():
-    from models import schedulers
+    from models.scheduling import schedulers
 
     assert schedulers.RoundState is RoundState
     assert RoundState(1, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0).as_tuple() == (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0)

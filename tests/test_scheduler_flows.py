@@ -12,7 +12,7 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from models.scheduler_training import SchedulerTrainingResult
+from models.scheduling.training import SchedulerTrainingResult
 
 pytestmark = pytest.mark.e2e
 
@@ -21,7 +21,7 @@ TINY = {"env": "CartPole-v1", "i_max": 4, "max_rounds": 2, "fragment": 128, "loc
 
 def test_train_scheduler_resume_and_train_with_it(prefect_api_url, mlflow_uri, tmp_path, monkeypatch):
     from flows.scheduler_flows import train_scheduler
-    from models.learned_scheduler import load_scheduler
+    from models.scheduling.learned import load_scheduler
 
     ckpt_dir = str(tmp_path / "ckpt")
     first = train_scheduler(episodes=1, batch_episodes=1, tracking_uri=mlflow_uri,
@@ -102,8 +102,8 @@ def _logged_scheduler(mlflow_uri, tmp_path):
     """A scheduler checkpoint logged the way train-scheduler logs it, in a non-default store."""
     from flows.scheduler_flows import ARTIFACT_DIR, ARTIFACT_NAME
     from flows.tracking import RunTracker
-    from models.learned_scheduler import save_scheduler
-    from models.scheduler_agent import SchedulerAgent
+    from models.scheduling.agent import SchedulerAgent
+    from models.scheduling.learned import save_scheduler
 
     agent = SchedulerAgent(4, seed=3)
     path = save_scheduler(tmp_path / "made" / ARTIFACT_NAME, agent)
@@ -119,9 +119,9 @@ def test_learned_runs_uri_comes_from_trains_tracking_uri(mlflow_uri, tmp_path, m
     """What train does with scheduler='learned:runs:/...': download from its own tracking_uri
     (never MLFLOW_TRACKING_URI), then build the scheduler from the local copy."""
     from flows.train import localise_scheduler_spec
-    from models.config import ConfigError
-    from models.learned_scheduler import LearnedScheduler, parse_learned_spec
-    from models.schedulers import RoundState, make_scheduler
+    from models.run.config import ConfigError
+    from models.scheduling.learned import LearnedScheduler, parse_learned_spec
+    from models.scheduling.schedulers import RoundState, make_scheduler
 
     agent, uri = _logged_scheduler(mlflow_uri, tmp_path)
     other = f"sqlite:///{tmp_path / 'elsewhere.db'}"
@@ -198,8 +198,8 @@ def test_a_scheduler_workload_can_judge_j_on_evaluations(prefect_api_url, mlflow
     """stop_at_eval: each episode's run stops on an evaluation's mean return, not on R_k, and the
     checkpoint records it; without eval_every it is refused before any run."""
     from flows.scheduler_flows import train_scheduler
-    from models.config import ConfigError
-    from models.learned_scheduler import load_scheduler
+    from models.run.config import ConfigError
+    from models.scheduling.learned import load_scheduler
 
     client = MlflowClient(mlflow_uri)
     with pytest.raises(ConfigError, match="stop_at_eval judges J on the periodic evaluations"):
@@ -234,7 +234,7 @@ def test_common_seeds_give_a_batch_one_workload_seed_and_a_resume_keeps_its_env(
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
 
     from flows.scheduler_flows import train_scheduler
-    from models.learned_scheduler import load_scheduler
+    from models.scheduling.learned import load_scheduler
 
     ckpt, tiny = str(tmp_path / "ckpt"), {k: v for k, v in TINY.items() if k != "env"}
     first = train_scheduler(env="Acrobot-v1", episodes=2, batch_episodes=2, seed=5, common_seeds=True,
@@ -262,7 +262,7 @@ def test_scheduler_episodes_run_concurrently_on_a_shared_dask_cluster(prefect_ap
     from distributed import Client, LocalCluster
 
     from flows.scheduler_flows import train_scheduler
-    from models.learned_scheduler import load_scheduler
+    from models.scheduling.learned import load_scheduler
 
     tiny = {k: v for k, v in TINY.items() if k != "local_workers"}
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from models.config import ConfigError
-from models.scheduler_provenance import SchedulerProvenance, SchedulerWorkload, TrainingSession
+from models.run.config import ConfigError
+from models.scheduling.provenance import SchedulerProvenance, SchedulerWorkload, TrainingSession
 
 # The trained_on entry of models/data/schedulers/cartpole-v2.pt, written before the reward's
 # cost term and the workload's backend existed.

@@ -1,4 +1,4 @@
-"""The learned scheduler's reward (models/scheduler_reward.py), against hand-computed values."""
+"""The learned scheduler's reward (models/scheduling/reward.py), against hand-computed values."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from models.config import ConfigError
-from models.scheduler_features import SchedulerDecision, SchedulerTrace
-from models.scheduler_reward import episode_rewards, rewards_from_summary, terminal_penalty
-from models.session import STOP_BUDGET
+from models.run.config import ConfigError
+from models.run.session import STOP_BUDGET
+from models.scheduling.features import SchedulerDecision, SchedulerTrace
+from models.scheduling.reward import episode_rewards, rewards_from_summary, terminal_penalty
 
 REWARD_TABLE = [
     # (round times, decisions, reached, budget spent, best return, J, beta, expected rewards)
@@ -51,7 +51,7 @@ def test_reward_rejects_bad_input():
 def test_rewards_from_summary():
     import dataclasses
 
-    from models.session import RoundRecord, RunSummary
+    from models.run.session import RoundRecord, RunSummary
 
     rounds = tuple(RoundRecord(round_index=k, actors=2, mean_return=300.0, env_steps=8, round_s=t,
                                wall_s=t, learner_s=0.1, actor_mean_s=0.1, cost_usd=0.0, loss=0.0,

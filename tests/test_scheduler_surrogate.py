@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from benchmarks.scheduler_surrogate import WORKLOADS, fixed_time, greedy_time, train
-from models.scheduler_agent import AgentConfig
+from models.scheduling.agent import AgentConfig
 
 
 @pytest.mark.parametrize(("workload", "best"), [("hopper", 1), ("cartpole", 8)])
@@ -62,7 +62,7 @@ def test_the_surrogates_rewards_price_each_rounds_cost_when_asked():
     """r_k = -beta (P_k + w C_k): the surrogate's rewards add -beta w C_k to each round's."""
     import numpy as np
 
-    from models.schedulers import Fixed
+    from models.scheduling.schedulers import Fixed
 
     model = WORKLOADS["cartpole-2phase"]
     outcome = model.run(Fixed(8, 32), 100)

@@ -1,4 +1,4 @@
-"""The heuristic schedulers (models/schedulers.py), make_scheduler's spec parsing, and the models/ import graph."""
+"""The heuristic schedulers (models/scheduling/schedulers.py), make_scheduler's spec parsing, and the models/ import graph."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from models.config import ConfigError
-from models.schedulers import Adapt, Fixed, Max, Ramp, RoundState, make_scheduler
+from models.run.config import ConfigError
+from models.scheduling.schedulers import Adapt, Fixed, Max, Ramp, RoundState, make_scheduler
 
 
 def state(k: int, last_return: float = math.nan) -> RoundState:

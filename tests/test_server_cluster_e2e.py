@@ -10,8 +10,8 @@ from importlib import resources
 import pytest
 from mlflow.tracking import MlflowClient
 
-from models.config import ConfigError
-from models.cost import PriceTable
+from models.billing.cost import PriceTable
+from models.run.config import ConfigError
 
 pytestmark = pytest.mark.e2e
 

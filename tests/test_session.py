@@ -7,15 +7,15 @@ import math
 import numpy as np
 import pytest
 
-from models.presets import resolve_run_config
-from models.rollout import RolloutBatch
-from models.session import (
+from models.rl.rollout import RolloutBatch
+from models.rl.timings import ActorTimings
+from models.run.presets import resolve_run_config
+from models.run.session import (
     STOP_BUDGET,
     STOP_MAX_ROUNDS,
     STOP_TARGET,
     TrainingSession,
 )
-from models.timings import ActorTimings
 
 LEARNER_S = 0.5
 
@@ -153,7 +153,7 @@ def test_state_reports_the_last_round_to_the_scheduler():
 
 
 def test_resume_continues_with_the_same_totals_and_history(tmp_path):
-    from models.checkpoint import load_run_checkpoint
+    from models.run.checkpoint import load_run_checkpoint
 
     s = session(max_rounds=5, seed=4)
     finish_round(s, [10.0])
@@ -171,7 +171,7 @@ def test_resume_continues_with_the_same_totals_and_history(tmp_path):
 
 @pytest.mark.parametrize("scheduler", ["fixed:2", "adapt", "increase:2:1:20", "learned:cartpole:sample"])
 def test_every_scheduler_state_survives_a_weights_only_checkpoint(tmp_path, scheduler):
-    from models.checkpoint import load_run_checkpoint
+    from models.run.checkpoint import load_run_checkpoint
 
     s = session(scheduler=scheduler, seed=1)
     s.scheduler.choose(s.state())

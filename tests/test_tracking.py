@@ -38,7 +38,7 @@ def test_stores_that_cannot_work_are_named_before_anything_starts(tmp_path):
 def test_a_missing_storage_block_or_deployment_is_named_before_any_actor_starts(prefect_api_url):
     import time
 
-    from models.config import WorkPoolBackendSpec
+    from models.run.config import WorkPoolBackendSpec
     from tasks.backends import make_backend
 
     started = time.monotonic()

@@ -8,7 +8,7 @@ import time
 import pytest
 from mlflow.tracking import MlflowClient
 
-from models.config import ConfigError
+from models.run.config import ConfigError
 from tests.prefect_reads import task_runs_eventually
 
 pytestmark = pytest.mark.e2e
@@ -138,7 +138,7 @@ def test_budget_admits_a_round_only_when_its_cost_bound_fits(prefect_api_url, ml
 def crash_before_recording(monkeypatch, round_index: int):
     """Make TrainingSession.record raise in that round (after its work, before its bookkeeping);
     returns the original record, to put back."""
-    from models.session import TrainingSession
+    from models.run.session import TrainingSession
 
     original = TrainingSession.record
 
@@ -154,7 +154,7 @@ def crash_before_recording(monkeypatch, round_index: int):
 def test_a_crashed_run_resumes_without_losing_a_round(prefect_api_url, mlflow_uri, tmp_path,
                                                        monkeypatch):
     from flows import train as train_module
-    from models.session import TrainingSession
+    from models.run.session import TrainingSession
 
     original = crash_before_recording(monkeypatch, round_index=2)
     with pytest.raises(RuntimeError, match="simulated crash"):
@@ -177,8 +177,8 @@ def test_a_crashed_run_resumes_without_losing_a_round(prefect_api_url, mlflow_ur
 def test_non_finite_rewards_fail_the_run_with_its_reason_and_keep_the_last_good_checkpoint(
         prefect_api_url, mlflow_uri, tmp_path):
     from flows.train import train
-    from models.checkpoint import load_run_checkpoint
     from models.errors import NonFiniteError
+    from models.run.checkpoint import load_run_checkpoint
     from tests.slow_env import NAN_AFTER_ROUND_0
 
     with pytest.raises(NonFiniteError, match="non-finite rewards"):
@@ -270,7 +270,7 @@ def test_carried_episodes_outlive_their_fragment_and_survive_a_crash(prefect_api
     fragment (without it none can); a run that crashes and resumes from its checkpoint learns
     exactly what an uninterrupted run with the same seed learns, carried episodes included."""
     from flows import train as train_module
-    from models.session import TrainingSession
+    from models.run.session import TrainingSession
 
     common = dict(env="Hopper-v5", scheduler="fixed:2", max_rounds=5, fragment=24, seed=2,
                   tracking_uri=mlflow_uri, local_workers=2, log_model=False)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models.gae import compute_gae, next_values_for
-from models.vtrace import vtrace
+from models.impact.vtrace import vtrace
+from models.rl.gae import compute_gae, next_values_for
 
 GAMMA = 0.9
 

@@ -1,4 +1,4 @@
-"""models/wire.py: exact round trips of the project's dataclasses, and blobs it refuses."""
+"""models/run/wire.py: exact round trips of the project's dataclasses, and blobs it refuses."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from models.envs import env_spaces
-from models.normalization import NormStats, RunningMeanStd
-from models.policy import ActorCritic, weights_to_bytes
-from models.rollout import ActorJob, RolloutBatch, run_actor
-from models.timings import ActorTimings
-from models.wire import MAGIC, Codec, WireError
+from models.envs.batch import env_spaces
+from models.rl.normalization import NormStats, RunningMeanStd
+from models.rl.policy import ActorCritic, weights_to_bytes
+from models.rl.rollout import ActorJob, RolloutBatch, run_actor
+from models.rl.timings import ActorTimings
+from models.run.wire import MAGIC, Codec, WireError
 
 CODEC = Codec(ActorJob, RolloutBatch)
 

@@ -27,19 +27,19 @@ pytestmark = pytest.mark.skipif("forkserver" not in multiprocessing.get_all_star
 def test_workers_start_from_the_fork_server_with_the_actor_modules_preloaded():
     ctx = worker_context()
     assert ctx.get_start_method() == "forkserver"
-    assert {"torch", "gymnasium", "models.rollout", "tasks.local_pool"} <= set(PRELOAD)
+    assert {"torch", "gymnasium", "models.rl.rollout", "tasks.local_pool"} <= set(PRELOAD)
 
 
 def test_what_the_main_modules_globals_come_from_is_preloaded(monkeypatch):
     main = types.ModuleType("__main__")
     import flows.cli
-    import models.envs
-    from models.presets import preset_for
+    import models.envs.batch
+    from models.run.presets import preset_for
 
-    main.flows, main.preset_for, main.envs = flows, preset_for, models.envs
+    main.flows, main.preset_for, main.envs = flows, preset_for, models.envs.batch
     monkeypatch.setitem(sys.modules, "__main__", main)
     found = main_imports()
-    assert {"flows", "flows.cli", "models.presets", "models.envs"} <= set(found)
+    assert {"flows", "flows.cli", "models.run.presets", "models.envs.batch"} <= set(found)
     assert "__main__" not in found and "builtins" not in found
 
 
@@ -67,7 +67,7 @@ def test_each_pool_gets_fresh_processes_that_see_the_parents_current_environment
 
 
 def test_run_aside_runs_in_another_process_and_returns_its_result_or_its_error(tmp_path):
-    from models.report import plot_rounds
+    from models.report.run_report import plot_rounds
     from tasks.worker_processes import run_aside
     from tests.test_report import HISTORY
 

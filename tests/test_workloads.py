@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from models.config import PPOConfig
-from models.envs import env_spaces
-from models.normalization import RunningMeanStd
-from models.ppo import Learner
-from models.presets import preset_for
-from models.rollout import ActorJob, run_actor
+from models.envs.batch import env_spaces
+from models.rl.normalization import RunningMeanStd
+from models.rl.ppo import Learner
+from models.rl.rollout import ActorJob, run_actor
+from models.run.config import PPOConfig
+from models.run.presets import preset_for
 
 ATARI = ["QbertNoFrameskip-v4", "SpaceInvadersNoFrameskip-v4", "GravitarNoFrameskip-v4"]
 
@@ -101,7 +101,7 @@ def test_hopper_two_rounds_with_evaluation(prefect_api_url, mlflow_uri, tmp_path
     evals = client.get_metric_history(summary.run_id, "eval/return_mean")
     assert sorted(m.step for m in evals) == [0, 1]
     assert all(np.isfinite(m.value) for m in evals)
-    # what the body did, next to the return (models/locomotion.py)
+    # what the body did, next to the return (models/envs/locomotion.py)
     logged = client.get_run(summary.run_id).data.metrics
     for name in ("eval/forward_displacement_mean", "eval/forward_displacement_min",
                  "eval/forward_reward_sum_mean"):

@@ -79,7 +79,7 @@ def gone(pid: int) -> bool:
 
 
 def test_cold_actors_are_their_own_flow_runs_on_the_process_pool(stack):
-    from models.config import WorkPoolBackendSpec
+    from models.run.config import WorkPoolBackendSpec
     from tasks.backends import make_backend
 
     backend = make_backend(WorkPoolBackendSpec(), "CartPole-v1")
@@ -111,7 +111,7 @@ def test_cold_actors_are_their_own_flow_runs_on_the_process_pool(stack):
 
 
 def test_cold_actor_killed_mid_rollout(stack):
-    from models.config import WorkPoolBackendSpec
+    from models.run.config import WorkPoolBackendSpec
     from tasks.backends import ActorError, make_backend
 
     backend = make_backend(WorkPoolBackendSpec(), "CartPole-v1")
@@ -142,7 +142,7 @@ def test_cold_actor_killed_mid_rollout(stack):
 
 
 def test_cold_actor_slower_than_its_timeout_is_cancelled(stack):
-    from models.config import WorkPoolBackendSpec
+    from models.run.config import WorkPoolBackendSpec
     from tasks.backends import ActorError, make_backend
 
     backend = make_backend(WorkPoolBackendSpec(), "CartPole-v1")
@@ -172,7 +172,7 @@ def test_actor_run_whose_parent_task_run_is_not_recorded_starts_unnested(stack):
     from prefect import get_client
     from prefect.states import Cancelled
 
-    from models.config import WorkPoolBackendSpec
+    from models.run.config import WorkPoolBackendSpec
     from tasks.backends import make_backend
 
     backend = make_backend(WorkPoolBackendSpec(), "CartPole-v1")

@@ -12,9 +12,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from models.normalization import Moments, NormStats
-from models.rollout import ActorJob, RolloutBatch
-from models.timings import ActorTimings
+from models.rl.normalization import Moments, NormStats
+from models.rl.rollout import ActorJob, RolloutBatch
+from models.rl.timings import ActorTimings
 from tasks.errors import ActorError
 from tasks.storage import BlockStore
 from tasks.workpool import protocol

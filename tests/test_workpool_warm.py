@@ -35,7 +35,7 @@ def stack(tmp_path_factory):
 @pytest.fixture(scope="module")
 def warm(stack):
     """Two warm actor servers, shared by the warm tests (each boot costs a cold start)."""
-    from models.config import WorkPoolBackendSpec
+    from models.run.config import WorkPoolBackendSpec
     from tasks.backends import make_backend
 
     backend = make_backend(WorkPoolBackendSpec(warm_actors=2), "CartPole-v1")
@@ -109,7 +109,7 @@ def test_warm_subflows_make_each_actor_its_own_flow_run(stack):
     from prefect import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
 
-    from models.config import WorkPoolBackendSpec
+    from models.run.config import WorkPoolBackendSpec
     from tasks.backends import make_backend
 
     backend = make_backend(WorkPoolBackendSpec(warm_actors=1, warm_subflows=True), "CartPole-v1")
@@ -137,7 +137,7 @@ def test_warm_actors_that_would_fill_the_pool_are_refused(stack):
     """Idle warm servers hold pool slots: warm_actors >= the pool's concurrency limit would
     leave cold actors unstartable, so it fails before any server starts."""
     from deployments.local_stack import POOL
-    from models.config import WorkPoolBackendSpec
+    from models.run.config import WorkPoolBackendSpec
     from tasks.backends import make_backend
 
     servers_before = len(runs_of(stack, "actor-server"))

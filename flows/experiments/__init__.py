@@ -17,9 +17,9 @@ Each ends with a plot saved as an MLflow artifact (plots/<name>.png) and as Pref
 - results.py: what each flow returns (`CompareResult`, `MotivationResult`, `ActorsCurveResult`,
   `TransferResult`: the table, the parent run and plot, the runs behind them)
 - cli.py (and __main__.py): the command line
-- the statistics and tables they publish: models/experiment_stats.py (pure)
+- the statistics and tables they publish: models/report/experiment_stats.py (pure)
 
-Times are sums of P_k (models/session.py `RoundRecord.round_s`: one core per actor), never this
+Times are sums of P_k (models/run/session.py `RoundRecord.round_s`: one core per actor), never this
 machine's wall time, except IMPACT's (compare): it has no rounds, so its time is its wall time.
 """
 

@@ -12,7 +12,7 @@ from prefect import flow
 
 from flows.experiments.common import LEARNED, Experiment, actor_steps, learned_spec
 from flows.experiments.results import ActorsCurveResult
-from models.experiment_stats import mean_curve, mean_phases, phase_row, summary_record
+from models.report.experiment_stats import mean_curve, mean_phases, phase_row, summary_record
 
 
 @flow(name="actors-curve", flow_run_name="actors-curve-{env}", persist_result=False, validate_parameters=True)
@@ -30,7 +30,7 @@ def actors_curve(
 
     Reports the mean actor count over the first, middle and last third of each run: the paper
     saw many, fewer, more; this reports what appears, it does not force a shape
-    (models/experiment_stats.py `phase_shape`).
+    (models/report/experiment_stats.py `phase_shape`).
 
     Args:
         env: the workload's gymnasium env id.

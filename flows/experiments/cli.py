@@ -15,7 +15,7 @@ from flows.experiments.compare import compare_schedulers
 from flows.experiments.motivation import motivation
 from flows.experiments.transfer import scheduler_transfer
 from flows.scheduler_flows import add_workload_arguments, workload_arguments
-from models.experiment_stats import markdown_table
+from models.report.experiment_stats import markdown_table
 
 COMMANDS = ("compare", "motivation", "actors-curve", "transfer")
 

@@ -2,7 +2,7 @@
 runs nested under it, its progress and run table while it runs, publishing the plot and tables)
 and the plot helpers.
 
-The statistics the flows publish are pure code in models/experiment_stats.py.
+The statistics the flows publish are pure code in models/report/experiment_stats.py.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from prefect.exceptions import MissingContextError  # noqa: E402
 from flows.artifacts import ArtifactPublisher  # noqa: E402
 from flows.tracking import RunTracker, flatten  # noqa: E402
 from flows.train import train  # noqa: E402
-from models.config import ConfigError  # noqa: E402
-from models.experiment_resume import (  # noqa: E402
+from models.impact.learner import ImpactSummary  # noqa: E402
+from models.report.experiment_resume import (  # noqa: E402
     IMPACT_SCHEDULER,
     FinishedRun,
     changed_params,
@@ -45,11 +45,8 @@ from models.experiment_resume import (  # noqa: E402
     encode_finished,
     finished_run_file,
 )
-from models.experiment_stats import AggregateRow, TableRow, finite_row, markdown_table  # noqa: E402
-from models.impact import ImpactSummary  # noqa: E402
-from models.learned_scheduler import SHIPPED  # noqa: E402
-from models.presets import resolve_run_config  # noqa: E402
-from models.report import (  # noqa: E402
+from models.report.experiment_stats import AggregateRow, TableRow, finite_row, markdown_table  # noqa: E402
+from models.report.run_report import (  # noqa: E402
     RUN_TABLE_EVERY,
     ExperimentRun,
     experiment_progress,
@@ -57,12 +54,15 @@ from models.report import (  # noqa: E402
     experiment_run_rows,
     table_due,
 )
-from models.session import RunSummary  # noqa: E402
+from models.run.config import ConfigError  # noqa: E402
+from models.run.presets import resolve_run_config  # noqa: E402
+from models.run.session import RunSummary  # noqa: E402
+from models.scheduling.learned import SHIPPED  # noqa: E402
 from tasks.worker_processes import ready_worker_server  # noqa: E402
 
 DEFAULT_EXPERIMENT = "minionsrl-experiments"
 FINISHED_DIR = "finished_runs"
-"""Artifact folder of an experiment's parent run: one models/experiment_resume.py record per finished run."""
+"""Artifact folder of an experiment's parent run: one models/report/experiment_resume.py record per finished run."""
 LEARNED = SHIPPED  # the packaged default CartPole-v1 scheduler (`learned` alone)
 SET_BY_EXPERIMENT = ("env", "scheduler", "seed", "tracking_uri", "experiment", "parent_run_id",
                      "checkpoint_dir", "resume")

@@ -15,9 +15,9 @@ from prefect import flow, get_run_logger
 from flows.experiments.common import LEARNED, Experiment, actor_steps, bars, learned_spec
 from flows.experiments.results import CompareResult
 from flows.impact import prepare_impact
-from models.config import SYSTEM_CLUSTER, ConfigError
-from models.cost import PriceTable
-from models.experiment_stats import (
+from models.billing.cost import PriceTable
+from models.impact.learner import ImpactSummary
+from models.report.experiment_stats import (
     FIXED_SWEEP,
     AggregateRow,
     aggregate,
@@ -31,8 +31,8 @@ from models.experiment_stats import (
     same_schedule_as,
     stripped,
 )
-from models.impact import ImpactSummary
-from models.session import RunSummary
+from models.run.config import SYSTEM_CLUSTER, ConfigError
+from models.run.session import RunSummary
 
 
 @flow(name="compare-schedulers", flow_run_name="compare-{env}", persist_result=False, validate_parameters=True)

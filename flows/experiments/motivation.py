@@ -13,7 +13,7 @@ from prefect import flow
 
 from flows.experiments.common import Experiment, actor_steps, bars
 from flows.experiments.results import MotivationResult
-from models.experiment_stats import actor_rounds, aggregate, mean_std, row_metrics, stripped
+from models.report.experiment_stats import actor_rounds, aggregate, mean_std, row_metrics, stripped
 
 
 @flow(name="motivation", flow_run_name="motivation-{env}-n{n}", persist_result=False, validate_parameters=True)
@@ -31,7 +31,7 @@ def motivation(
     **workload: Any,
 ) -> MotivationResult:
     """Fixed(n) vs Increase vs Decrease (step actors every `every` rounds) at the same total
-    actor budget over max_rounds rounds (the schedulers of models/schedulers.py). A run that
+    actor budget over max_rounds rounds (the schedulers of models/scheduling/schedulers.py). A run that
     reaches J stops early, so the table also reports the actor-rounds each actually used.
 
     Args:

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from models.impact import ImpactSummary
-from models.scheduler_training import SchedulerTrainingResult
-from models.session import RunSummary
+from models.impact.learner import ImpactSummary
+from models.run.session import RunSummary
+from models.scheduling.training import SchedulerTrainingResult
 
 
 @dataclass(frozen=True)

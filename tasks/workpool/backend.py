@@ -23,7 +23,7 @@ import threading
 import time
 from uuid import UUID
 
-from models.rollout import ActorJob, RolloutBatch
+from models.rl.rollout import ActorJob, RolloutBatch
 from tasks.errors import ActorError
 from tasks.storage import BlockStore
 from tasks.workpool import protocol

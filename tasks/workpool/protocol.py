@@ -10,7 +10,7 @@ Both sides import this module: the backend (tasks/workpool/) and the actor flows
     servers/<id>/ready          a ProcessMarker, once a warm server is up
     servers/<id>/inbox/<n>      the n-th job id for that server, UTF-8 ("" = stop)
 
-Every object is written with models/wire.py, which cannot run code when read: anything in the
+Every object is written with models/run/wire.py, which cannot run code when read: anything in the
 block may have been written by any actor. A blob that does not decode, or an envelope of another
 version, raises StorageFormatError naming its key.
 """
@@ -21,8 +21,8 @@ import uuid
 from dataclasses import dataclass
 from typing import TypeVar
 
-from models.rollout import ActorJob, RolloutBatch
-from models.wire import Codec, WireError
+from models.rl.rollout import ActorJob, RolloutBatch
+from models.run.wire import Codec, WireError
 from tasks.storage import BlockStore
 
 PROTOCOL_VERSION = 1

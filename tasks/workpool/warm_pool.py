@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from uuid import UUID
 
-from models.rollout import ActorJob
+from models.rl.rollout import ActorJob
 from tasks.storage import BlockStore
 from tasks.workpool.launcher import Launcher
 from tasks.workpool.monitor import StateMonitor

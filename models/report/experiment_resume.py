@@ -1,0 +1,69 @@
+"""What a resumed experiment needs: the runs it already finished, kept as they were returned.
+
+An experiment flow (flows/experiments/) is a sequence of nested training runs; on this 2-core
+machine a workload like Hopper-v5 makes that an hour or more. After each run the experiment
+keeps a `FinishedRun` (the run's label, seed, scheduler and summary) as an artifact of its
+MLflow parent run; an experiment resumed with that parent's id reads them back and skips those
+runs, so a crash loses at most the run in flight. The records are models/run/wire.py blobs (JSON and
+numpy, no pickle): reading one runs no code. Pure: no Prefect, no MLflow.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from models.impact.learner import ImpactSummary
+from models.run.config import ConfigError
+from models.run.session import RunSummary
+from models.run.wire import Codec, WireError
+
+IMPACT_SCHEDULER = "impact"
+"""`FinishedRun.scheduler` of an IMPACT run (it has no `train` scheduler)."""
+
+
+@dataclass(frozen=True)
+class FinishedRun:
+    """One nested run an experiment finished: a `train` run's summary or an IMPACT run's."""
+
+    label: str
+    seed: int
+    scheduler: str
+    """The `train` scheduler spec it ran, or IMPACT_SCHEDULER."""
+    summary: RunSummary | None = None
+    impact: ImpactSummary | None = None
+
+    def __post_init__(self) -> None:
+        if (self.summary is None) == (self.impact is None):
+            raise ValueError("a finished run holds exactly one of a train summary and an IMPACT summary")
+
+
+CODEC = Codec(FinishedRun)
+
+
+def finished_run_file(label: str, seed: int) -> str:
+    """The artifact file name of (label, seed): readable, and distinct for distinct pairs."""
+    slug = re.sub(r"[^A-Za-z0-9.-]+", "_", label).strip("_") or "run"
+    digest = hashlib.sha256(f"{label}\0{seed}".encode()).hexdigest()[:8]
+    return f"{slug}__seed{seed}__{digest}.mrlw"
+
+
+def encode_finished(run: FinishedRun) -> bytes:
+    return CODEC.encode(run)
+
+
+def decode_finished(data: bytes, source: str) -> FinishedRun:
+    """A FinishedRun from its blob; anything else is a ConfigError naming `source`."""
+    try:
+        return CODEC.decode(data, FinishedRun)
+    except (WireError, ValueError, TypeError) as exc:
+        raise ConfigError(f"{source} is not a finished-run record of an experiment: {exc}") from exc
+
+
+def changed_params(stored: Mapping[str, str], given: Mapping[str, str]) -> dict[str, tuple[str | None, str | None]]:
+    """The parameters (flattened, as MLflow stores them) a resume would change: name -> (stored,
+    given). MLflow cuts a value at 6000 characters, so only that much of a given value is compared."""
+    return {key: (stored.get(key), given.get(key)) for key in sorted(set(stored) | set(given))
+            if stored.get(key) != (None if given.get(key) is None else given[key][:6000])}
