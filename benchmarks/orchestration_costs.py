@@ -25,6 +25,9 @@ import statistics
 import time
 
 import flows.train  # noqa: F401  (what a spawned worker re-imports, as under `python -m flows.train`)
+from flows import prefect_patches
+
+prefect_patches.install()  # as the CLI's entry points do
 
 
 def pool_boots(method: str | None, pools: int = 3) -> list[tuple[float, float]]:

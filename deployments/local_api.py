@@ -1,13 +1,6 @@
-"""A local Prefect API on 127.0.0.1: Prefect's own app, with two fixes for SQLite and batched
-task-run recording (SERVER_DEFAULTS).
-
-1. Prefect's SQLite server opens write transactions DEFERRED. When the server's task-run
-   recorder commits between such a transaction's first read and its first write, SQLite answers
-   SQLITE_BUSY_SNAPSHOT at once (busy_timeout cannot help), the API returns 503 and the client
-   retries about 2 s later. Measured here: a round subflow took 2.4 s, nearly all of it that
-   retry. Here every write transaction begins IMMEDIATE, so writers queue on the busy timeout.
-2. Its request limiter counts websockets, so enough flow-run processes hang the whole API
-   (limit_only_http_requests).
+"""A local Prefect API on 127.0.0.1: Prefect's own app, with the two SQLite fixes of
+flows/prefect_patches/sqlite_server.py (IMMEDIATE write transactions; a request limiter that
+counts only HTTP requests) and batched task-run recording (SERVER_DEFAULTS).
 
 `prefect_api()` starts it as the temporary API when PREFECT_API_URL is unset (ephemeral
 services); deployments/local_stack.py starts it with all services as the stack's server. Point
@@ -34,41 +27,8 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from flows.prefect_patches import sqlite_server
 from models.errors import ConfigError
-
-
-def patch_sqlite_write_transactions() -> None:
-    """Begin every SQLite write transaction IMMEDIATE (see module docstring)."""
-    from prefect.server.database import configurations
-
-    original = configurations.AioSqliteConfiguration.begin_transaction
-
-    def begin_immediate(self, session, with_for_update: bool = False):
-        return original(self, session, with_for_update=True)
-
-    configurations.AioSqliteConfiguration.begin_transaction = begin_immediate
-
-
-def limit_only_http_requests() -> None:
-    """Let websockets past Prefect's SQLite request limiter.
-
-    On SQLite, Prefect wraps its app in RequestLimitMiddleware (at most 100 requests at once),
-    and it counts every ASGI connection, websockets included. Each flow-run process keeps
-    event websockets open for its whole life, and the process worker one or more per run it
-    watches: measured with 32 warm actor servers, 138 open connections (67 of them the
-    worker's), after which every HTTP request, /health included, waited forever for a slot.
-    Websockets hold no database transaction while they wait, so only HTTP requests are limited.
-    """
-    from prefect.server.api import server
-
-    limited = server.RequestLimitMiddleware.__call__
-
-    async def call(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        return await limited(self, scope, receive, send)
-
-    server.RequestLimitMiddleware.__call__ = call
 
 
 def exit_with_parent(parent_pid: int, poll_s: float = 0.5) -> threading.Thread:
@@ -146,8 +106,7 @@ def serve(port: int, all_services: bool = False) -> None:
         os.environ.setdefault(name, value)
     import uvicorn
 
-    patch_sqlite_write_transactions()
-    limit_only_http_requests()
+    sqlite_server.install()
     seed_sqlite_database()
     from prefect.server.api.server import create_app
 

@@ -22,6 +22,7 @@ import traceback
 from prefect import flow, get_run_logger
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
+from flows import prefect_patches
 from models.rl.rollout import run_actor
 from tasks.storage import BlockStore
 from tasks.workpool import protocol
@@ -140,6 +141,7 @@ def actor_server(storage_block: str, prefix: str, server_id: str, warm_env_id: s
     Returns:
         the number of jobs served.
     """
+    prefect_patches.install()  # its actor subflows end without the heartbeat wait
     logger = get_run_logger()
     store = _store(storage_block)
     if warm_env_id:

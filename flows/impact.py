@@ -36,6 +36,7 @@ from prefect.cache_policies import NO_CACHE  # noqa: E402
 from prefect.runtime import flow_run as flow_run_context  # noqa: E402
 
 from deployments.local_api import prefect_api  # noqa: E402
+from flows import prefect_patches  # noqa: E402
 from flows.artifacts import ImpactArtifacts  # noqa: E402
 from flows.cli import flow_arguments, given_arguments, quiet_console  # noqa: E402
 from flows.tracking import RunTracker, default_tracking_uri  # noqa: E402
@@ -131,6 +132,7 @@ def impact(
         experiment: MLflow experiment name; default minionsrl/<env>.
         parent_run_id: MLflow run to nest this run under (an experiment's parent run).
     """
+    prefect_patches.install()
     cfg = prepare_impact(given_arguments(locals()))
     logger = get_run_logger()
     tracker = RunTracker(cfg.tracking_uri)
@@ -243,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="*", help="run one training per seed (overrides --seed)")
     parser.add_argument("--verbose", action="store_true", help="show every task run's log lines too")
     args = vars(parser.parse_args(argv))
+    prefect_patches.install()
     quiet_console(args.pop("verbose"))
     seeds = args.pop("seeds") or [args.pop("seed")]
     args.pop("seed", None)

@@ -35,6 +35,7 @@ from prefect.cache_policies import NO_CACHE  # noqa: E402
 from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
 
 from deployments.local_api import prefect_api  # noqa: E402
+from flows import prefect_patches  # noqa: E402
 from flows.artifacts import EpisodeArtifacts  # noqa: E402
 from flows.cli import quiet_console  # noqa: E402
 from flows.tracking import RunTracker, project_root  # noqa: E402
@@ -204,6 +205,7 @@ def train_scheduler(
             default minionsrl-scheduler/<env>.
         checkpoint_dir: where scheduler and workload checkpoints go; default ./checkpoints.
     """
+    prefect_patches.install()
     logger = get_run_logger()
     if episodes < 1 or batch_episodes < 1 or not 1 <= concurrency <= MAX_CONCURRENCY:
         raise ConfigError(f"episodes and batch_episodes must be >= 1 and concurrency in "
@@ -416,6 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verbose", action="store_true", help="show every task run's and round's log lines too")
     add_workload_arguments(parser)
     args = parser.parse_args(argv)
+    prefect_patches.install()
     quiet_console(args.verbose)  # one line per episode and round; everything still reaches Prefect
     options = {"concurrency": args.concurrency, "output": args.out, "beta": args.beta,
                "cost_weight": args.cost_weight,

@@ -31,11 +31,11 @@ from prefect.runtime import flow_run as flow_run_context  # noqa: E402
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings  # noqa: E402
 
 from deployments.local_api import prefect_api  # noqa: E402
-from flows import heartbeats, tls_context  # noqa: E402
+from flows import prefect_patches  # noqa: E402
 from flows.artifacts import RunArtifacts  # noqa: E402
 from flows.cli import flow_arguments, given_arguments, quiet_console  # noqa: E402
-from flows.lean_subflow import lean_start  # noqa: E402
-from flows.round_task_runner import SharedThreadPoolTaskRunner, results_of  # noqa: E402
+from flows.prefect_patches.lean_subflow import lean_start  # noqa: E402
+from flows.prefect_patches.shared_task_runner import SharedThreadPoolTaskRunner, results_of  # noqa: E402
 from flows.tracking import RunTracker, default_tracking_uri, project_root  # noqa: E402
 from models.rl.rollout import RolloutBatch  # noqa: E402
 from models.run.checkpoint import RunCheckpoint, load_run_checkpoint  # noqa: E402
@@ -47,9 +47,6 @@ from models.scheduling.learned import is_learned_spec, is_mlflow_uri, parse_lear
 from tasks.backends import ActorBackend, make_backend  # noqa: E402
 from tasks.chaos import chaos_point  # noqa: E402
 from tasks.rounds import ActorFailure, evaluate, rollout, schedule, update  # noqa: E402
-
-heartbeats.install()  # no 0-1 s wait for the heartbeat thread at each flow's exit
-tls_context.install()  # one TLS context for all API clients, not 25 ms of CA loading per client
 
 
 def fetch_scheduler_checkpoint(ref: str, tracking_uri: str, dest: str | Path) -> Path:
@@ -129,7 +126,7 @@ def round_flow(session: TrainingSession, backend: ActorBackend, journal: RoundJo
         stats["time/round_body_s"] = time.perf_counter() - body_started
         return batches, [f.billed_s for f in failures], stats
 
-    return lean_start(train_round)  # 5 API calls to start a round instead of 8 (flows/lean_subflow.py)
+    return lean_start(train_round)  # 5 API calls to start a round instead of 8 (flows/prefect_patches/lean_subflow.py)
 
 
 def train_run_name() -> str:
@@ -252,6 +249,7 @@ def train(
             locomotion (Hopper-v5, HalfCheetah-v5: a J that needs forward motion and its step
             budget; models/data/presets.toml); default the env's own preset (the paper's J).
     """
+    prefect_patches.install()  # idempotent: the CLI has, a caller from Python may not have
     setup = prepare_run(given_arguments(locals(), exclude=("resume",)), resume)
     cfg = setup.config
     logger = get_run_logger()
@@ -493,7 +491,7 @@ def warm_up() -> None:
     from mlflow.store.tracking import sqlalchemy_store  # noqa: F401
     from mlflow.utils import requirements_utils
 
-    from flows.tls_context import context_for_current_settings
+    from flows.prefect_patches.tls_context import context_for_current_settings
     from tasks.worker_processes import start_worker_server
 
     start_worker_server()
@@ -514,6 +512,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="show every task run's and round subflow's log lines on the console too "
                              "(they always reach Prefect)")
     args = vars(parser.parse_args(argv))
+    prefect_patches.install()
     quiet_console(args.pop("verbose"))
     seeds = args.pop("seeds") or [args.pop("seed")]
     args.pop("seed", None)

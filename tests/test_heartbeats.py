@@ -1,4 +1,4 @@
-"""flows/heartbeats.py: sync flows still send heartbeats, and their exit no longer joins the
+"""flows/prefect_patches/heartbeats.py: sync flows still send heartbeats, and their exit no longer joins the
 heartbeat thread (which sleeps in 1 s steps)."""
 
 from __future__ import annotations
@@ -6,8 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-import flows.train  # noqa: F401  (installs the patch, as every training does)
-from flows import heartbeats
+from flows.prefect_patches import heartbeats
 
 
 class HeldSleep:

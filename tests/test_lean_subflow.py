@@ -1,4 +1,4 @@
-"""flows/lean_subflow.py: a marked subflow starts with fewer API calls, and the API records
+"""flows/prefect_patches/lean_subflow.py: a marked subflow starts with fewer API calls, and the API records
 exactly what Prefect's own engine records (names, states, parameters, parents, reruns)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import uuid
 import httpx
 import pytest
 
-from flows.lean_subflow import lean_start
+from flows.prefect_patches.lean_subflow import lean_start
 
 
 class Requests:

@@ -1,4 +1,4 @@
-"""flows/round_task_runner.py: flow runs that share one thread pool, with Prefect's task runs."""
+"""flows/prefect_patches/shared_task_runner.py: flow runs that share one thread pool, with Prefect's task runs."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from flows.round_task_runner import SharedThreadPoolTaskRunner, results_of
+from flows.prefect_patches.shared_task_runner import SharedThreadPoolTaskRunner, results_of
 from tests.prefect_reads import task_runs_eventually
 
 

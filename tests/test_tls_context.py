@@ -1,11 +1,10 @@
-"""flows/tls_context.py: Prefect's API clients share the TLS context Prefect would build."""
+"""flows/prefect_patches/tls_context.py: Prefect's API clients share the TLS context Prefect would build."""
 
 from __future__ import annotations
 
 import ssl
 
-import flows.train  # noqa: F401  (installs it, as every training does)
-from flows import tls_context
+from flows.prefect_patches import tls_context
 
 
 def test_clients_share_one_context_built_from_prefects_tls_settings(prefect_api_url):

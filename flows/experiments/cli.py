@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 
 from deployments.local_api import prefect_api
+from flows import prefect_patches
 from flows.cli import quiet_console
 from flows.experiments.actors_curve import actors_curve
 from flows.experiments.common import LEARNED
@@ -62,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
                   "`python -m flows.scheduler_flows train --resume-run-id`")
     if args.more_learned and args.experiment != "compare":
         cli.error("--more-learned is for compare")
+    prefect_patches.install()
     quiet_console(args.verbose)  # one line per round and per run; everything still reaches Prefect
     more = ("env", "batch_episodes") if args.experiment == "transfer" else ("env",)
     options = {"experiment": args.experiment_name, **workload_arguments(args, *more)}

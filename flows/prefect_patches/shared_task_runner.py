@@ -7,7 +7,7 @@ busy on the same two cores: py-spy put 30-60 ms a round in ThreadPoolExecutor's
 `_adjust_thread_count`. Here the copies share one executor that lives as long as the training
 (`close()`); each run still waits for its own tasks at exit and cancels its own on cancellation.
 Everything else (task runs, states, futures) is Prefect's ThreadPoolTaskRunner, pinned to
-prefect 3.9 in pyproject.toml; tests/test_round_task_runner.py checks the parts relied on.
+prefect 3.9 (refused on another); tests/test_round_task_runner.py checks the parts relied on.
 
 `results_of` reads a round's results as `PrefectFutureList.result()` does, less its hop to
 Prefect's event-loop thread per future (`State.result` runs a coroutine there even for a
@@ -25,11 +25,16 @@ from prefect.futures import PrefectFuture
 from prefect.results import ResultRecord
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
+from flows.prefect_patches import check_prefect
+
 
 class SharedThreadPoolTaskRunner(ThreadPoolTaskRunner):
     """A ThreadPoolTaskRunner whose copies (one per flow run) share one thread pool."""
 
     def __init__(self, max_workers: int | None = None, _origin: SharedThreadPoolTaskRunner | None = None):
+        if _origin is None:  # it reaches into ThreadPoolTaskRunner's private state: that Prefect's only
+            check_prefect("shared_task_runner", all(hasattr(ThreadPoolTaskRunner, name) for name in (
+                "_register_worker_thread", "cancel_all", "duplicate")))
         super().__init__(max_workers=max_workers)
         if _origin is None:
             self._pool = ThreadPoolExecutor(max_workers=self._max_workers, thread_name_prefix="round-tasks",

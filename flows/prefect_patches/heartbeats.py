@@ -8,7 +8,7 @@ event within a second and ends by itself (it is a daemon, and emits nothing once
 `install()` makes the sync engine do the same. Heartbeats are still sent at the configured
 frequency while the flow runs, so Prefect's crash detection is unchanged.
 
-Pinned to prefect 3.9 (pyproject.toml); tests/test_heartbeats.py checks that heartbeats are
+Pinned to prefect 3.9 (refused on another: flows/prefect_patches/__init__.py); tests/test_heartbeats.py checks that heartbeats are
 still emitted and that the exit no longer waits.
 """
 
@@ -18,6 +18,8 @@ import contextlib
 import inspect
 from collections.abc import Generator
 from typing import Any
+
+from flows.prefect_patches import check_prefect
 
 _installed = False
 
@@ -30,8 +32,7 @@ def install() -> None:
     from prefect import flow_engine
 
     original = flow_engine._send_heartbeats
-    if "join_on_exit" not in inspect.signature(original).parameters:  # another Prefect: leave it
-        return
+    check_prefect("heartbeats", "join_on_exit" in inspect.signature(original).parameters)
 
     @contextlib.contextmanager
     def send_heartbeats_without_join(engine: Any, join_on_exit: bool = True) -> Generator[None, None, None]:

@@ -9,15 +9,18 @@ subflow took 147-148 ms, 116-120 ms with this (benchmarks/orchestration_costs.py
 `install()` hands each new client a context built exactly as Prefect builds it (the same
 settings: PREFECT_API_TLS_INSECURE_SKIP_VERIFY, PREFECT_API_SSL_CERT_FILE or certifi's
 bundle), made once per distinct setting and reused. A `verify` a caller passes in
-`httpx_settings` is left alone. Pinned to prefect 3.9 (pyproject.toml);
+`httpx_settings` is left alone. Pinned to prefect 3.9 (refused on another);
 tests/test_tls_context.py checks it.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import ssl
 from typing import Any
+
+from flows.prefect_patches import check_prefect
 
 _installed = False
 
@@ -48,6 +51,8 @@ def install() -> None:
         return
     from prefect.client import orchestration
 
+    check_prefect("tls_context", all("httpx_settings" in inspect.signature(cls.__init__).parameters
+                                     for cls in (orchestration.PrefectClient, orchestration.SyncPrefectClient)))
     for cls in (orchestration.PrefectClient, orchestration.SyncPrefectClient):
         original = cls.__init__
 

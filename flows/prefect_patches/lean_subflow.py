@@ -23,7 +23,7 @@ the others without changing what the API records:
   rename, as it does for a run it has renamed itself).
 
 States (Pending, Running, Completed or Failed), parameters, tags and the parent link are
-Prefect's. Pinned to prefect 3.9 (pyproject.toml); `install()` leaves another Prefect alone.
+Prefect's. Pinned to prefect 3.9: `install()` refuses another (flows/prefect_patches/__init__.py).
 tests/test_lean_subflow.py checks the runs recorded and the calls made.
 """
 
@@ -33,6 +33,8 @@ import inspect
 import threading
 from typing import Any
 from uuid import UUID, uuid4
+
+from flows.prefect_patches import check_prefect
 
 _MARK = "_minionsrl_lean_start"
 _installed = False
@@ -55,9 +57,8 @@ def install() -> None:
     from prefect import flow_engine
 
     original = flow_engine.FlowRunEngine.create_flow_run
-    if list(inspect.signature(original).parameters) != ["self", "client"] or not hasattr(
-            flow_engine.FlowRunEngine, "load_subflow_run"):  # another Prefect: leave it
-        return
+    check_prefect("lean_subflow", list(inspect.signature(original).parameters) == ["self", "client"]
+                  and hasattr(flow_engine.FlowRunEngine, "load_subflow_run"))
 
     def create_flow_run(self, client):
         context = flow_engine.FlowRunContext.get()
