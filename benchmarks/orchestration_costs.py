@@ -138,6 +138,7 @@ def round_timeline(tracking_uri: str, actors: int = 8, rounds: int = 5, show: in
     from prefect.futures import PrefectFutureList
     from prefect.tasks import Task
 
+    import flows.rounds as fr
     import flows.train as ft
     import tasks.rounds as tr
 
@@ -157,7 +158,7 @@ def round_timeline(tracking_uri: str, actors: int = 8, rounds: int = 5, show: in
         return inner
 
     saved = [(t, t.fn) for t in (tr.rollout, tr.update, tr.schedule)]
-    saved_result, saved_round_flow = PrefectFutureList.result, ft.round_flow
+    saved_result, saved_round_flow = PrefectFutureList.result, fr.round_flow
     saved_call = Task.__call__
     for t, fn in saved:
         t.fn = timed(fn, f"{t.name} body start", f"{t.name} body end")
@@ -176,14 +177,14 @@ def round_timeline(tracking_uri: str, actors: int = 8, rounds: int = 5, show: in
                 mark("round subflow returned")
         return call
 
-    ft.round_flow = round_flow
+    fr.round_flow = round_flow
     try:
         ft.train(env="CartPole-v1", scheduler=f"fixed:{actors}", max_rounds=rounds, fragment=512, target_return=1e9,
                  budget_usd=100.0, seed=0, tracking_uri=tracking_uri, experiment="benchmark/orchestration-costs")
     finally:
         for t, fn in saved:
             t.fn = fn
-        PrefectFutureList.result, ft.round_flow, Task.__call__ = saved_result, saved_round_flow, saved_call
+        PrefectFutureList.result, fr.round_flow, Task.__call__ = saved_result, saved_round_flow, saved_call
     names = [e[2] for e in events]
     first, last = names.index(f"ROUND {show} call"), names.index(f"ROUND {show + 1} call")
     t0 = events[first][0]

@@ -55,14 +55,17 @@ first adds one fragment sampled with the learner's current weights by actor (ste
 
 def run_impact_reference(runs=IMPACT_RUNS) -> list[dict]:
     from models.envs.batch import EnvBatch, env_spaces
-    from models.impact.learner import ImpactFragment, ImpactLearner, resolve_impact_config
+    from models.impact.buffer import ImpactFragment
+    from models.impact.config import resolve_impact_config
+    from models.impact.learner import ImpactLearner
     from models.rl.policy import ActorCritic
     from models.rl.rollout import sample_fragment
+    from models.run.workload import Workload
 
     out = []
     for spec in runs:
-        cfg = resolve_impact_config({"env": spec["env"], "seed": spec["seed"],
-                                     "impact": spec.get("impact"), "tracking_uri": "sqlite:///unused.db"})
+        cfg = resolve_impact_config(Workload(env=spec["env"], impact=spec.get("impact")), seed=spec["seed"],
+                                    tracking_uri="sqlite:///unused.db")
         learner = ImpactLearner(env_spaces(cfg.env_id), cfg.impact, seed=cfg.seed, device="cpu")
         actor = ActorCritic(env_spaces(cfg.env_id), cfg.impact.hidden, init_weights=False)
         envs = [EnvBatch(cfg.env_id, cfg.impact.envs_per_actor, 1000 * spec["seed"] + i)

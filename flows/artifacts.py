@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from flows.tracking import RunTracker
-from models.impact.learner import ImpactChunkRecord, ImpactRunConfig, ImpactSummary
+from models.impact.config import ImpactRunConfig
+from models.impact.progress import ImpactChunkRecord, ImpactSummary
 from models.report.run_report import (
     TABLE_EVERY,
     ArtifactRow,

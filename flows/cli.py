@@ -84,3 +84,44 @@ class _RoundChatter:
             return False
         return not (record.name == "prefect.flow_runs"
                     and str(getattr(record, "flow_run_name", "")).startswith("round-"))
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """{field: its docstring (the string literal under it in the class body)}, one line each."""
+    import ast
+    import textwrap
+
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        try:
+            source = textwrap.dedent(inspect.getsource(klass))
+        except (OSError, TypeError):  # builtins, or no source shipped
+            continue
+        body = ast.parse(source).body[0]
+        if not isinstance(body, ast.ClassDef):
+            continue
+        for node, after in zip(body.body, body.body[1:], strict=False):
+            if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                    and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+                    and isinstance(after.value.value, str)):
+                docs[node.target.id] = " ".join(after.value.value.split())
+    return docs
+
+
+def with_parameter_docs(*sources: type, **docs: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Append a Google-style `Args:` section to a flow function's docstring, one entry per
+    parameter, from `docs` or else the docstring of the same-named field of the first of `sources`
+    (dataclasses) that has one: a parameter is documented once, where its field is. Apply it below
+    @flow, so that Prefect's parameter descriptions, the UI and the generated CLI read the result."""
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        known = {}
+        for source in reversed(sources):
+            known.update(field_docs(source))
+        known.update(docs)
+        missing = [name for name in inspect.signature(fn).parameters if name not in known]
+        if missing:
+            raise TypeError(f"{fn.__name__}: no description for parameter(s) {missing}")
+        lines = [f"        {name}: {known[name]}" for name in inspect.signature(fn).parameters]
+        fn.__doc__ = (fn.__doc__ or "").rstrip() + "\n\n    Args:\n" + "\n".join(lines) + "\n"
+        return fn
+    return decorate

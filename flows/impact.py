@@ -12,7 +12,9 @@ artifacts (flows/artifacts.py ImpactArtifacts, queued to a background thread): p
 every chunk, a chunk table every few chunks and at the end, and a final or failure summary.
 
 Backends: local (persistent processes) and dask (long-running Dask tasks); the work-pool backend
-is refused: its actors are one flow run per job, one-shot per round by design.
+is refused: its actors are one flow run per job, one-shot per round by design. Its parameters are a
+Workload's (models/run/workload.py: what to train, resolved through the same presets as `train`'s)
+and a Placement's (where), flat, plus its own.
 
     python -m flows.impact --env CartPole-v1 --seed 0
 """
@@ -22,38 +24,28 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
-import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any
 
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+from prefect.runtime import flow_run as flow_run_context
 
-from prefect import flow, get_run_logger, task  # noqa: E402
-from prefect.cache_policies import NO_CACHE  # noqa: E402
-from prefect.runtime import flow_run as flow_run_context  # noqa: E402
-
-from deployments.local_api import prefect_api  # noqa: E402
-from flows import prefect_patches  # noqa: E402
-from flows.artifacts import ImpactArtifacts  # noqa: E402
-from flows.cli import flow_arguments, given_arguments, quiet_console  # noqa: E402
-from flows.tracking import RunTracker, default_tracking_uri  # noqa: E402
-from models.envs.batch import env_spaces  # noqa: E402
-from models.errors import ConfigError  # noqa: E402
-from models.impact.learner import (  # noqa: E402
-    STOP_CHUNKS,
-    ImpactChunkRecord,
-    ImpactLearner,
-    ImpactProgress,
-    ImpactRunConfig,
-    ImpactSummary,
-    bill_impact,
-    resolve_impact_config,
-)
-from tasks.impact_actors import ChunkClock, DaskImpactActorPool, ImpactActorPool  # noqa: E402
-from tasks.impact_actors import learn_chunk as learn_chunk_body  # noqa: E402
+from deployments.local_api import prefect_api
+from flows import prefect_patches
+from flows.artifacts import ImpactArtifacts
+from flows.cli import flow_arguments, given_arguments, quiet_console
+from flows.tracking import RunTracker, default_tracking_uri, tracked_run
+from models.billing.cost import ImpactBill, bill_impact
+from models.envs.batch import env_spaces
+from models.errors import ConfigError
+from models.impact.config import ImpactRunConfig, resolve_impact_config
+from models.impact.learner import ImpactLearner
+from models.impact.progress import STOP_CHUNKS, ImpactChunkRecord, ImpactProgress, ImpactSummary
+from models.run.workload import Overrides, split_parameters
+from tasks.impact_actors import ChunkClock, DaskImpactActorPool, ImpactActorPool
+from tasks.impact_actors import learn_chunk as learn_chunk_body
 
 
 @dataclass
@@ -62,9 +54,11 @@ class _Training:
 
     cfg: ImpactRunConfig
     learner: ImpactLearner
-    pool: ImpactActorPool
+    pool: ImpactActorPool | DaskImpactActorPool
     progress: ImpactProgress
     clock: ChunkClock
+    orchestration_s: float = 0.0
+    """Every chunk task's Prefect overhead plus MLflow logging so far."""
 
 
 @task(name="learn-chunk", task_run_name="learn-chunk-{chunk}", cache_policy=NO_CACHE,
@@ -80,18 +74,17 @@ def impact_run_name() -> str:
     return f"{p.get('env') or 'CartPole-v1'}-impact-seed{p.get('seed') or 0}"
 
 
-def prepare_impact(given: dict[str, Any]) -> ImpactRunConfig:
+def prepare_impact(given: dict[str, object]) -> ImpactRunConfig:
     """The flow's given parameters as one validated configuration, before anything starts."""
-    given = dict(given)
-    if "impact_config" in given:
-        given["impact"] = given.pop("impact_config")
-    given.setdefault("tracking_uri", default_tracking_uri())
-    return resolve_impact_config(given)
+    workload, placement, run = split_parameters(given)
+    run.setdefault("tracking_uri", default_tracking_uri())
+    return resolve_impact_config(workload, placement, **run)
 
 
 @flow(name="impact", flow_run_name=impact_run_name, persist_result=False, validate_parameters=True)
 def impact(
     env: str | None = None,
+    preset: str | None = None,
     seed: int | None = None,
     target_return: float | None = None,
     max_env_steps: int | None = None,
@@ -99,9 +92,9 @@ def impact(
     chunk_steps: int | None = None,
     return_window: int | None = None,
     max_chunks: int | None = None,
-    impact_config: dict[str, Any] | None = None,
+    impact: Overrides | None = None,
     backend: str | None = None,
-    dask_address: str | None = None,
+    backend_options: Overrides | None = None,
     learner_device: str | None = None,
     prices_file: str | None = None,
     tracking_uri: str | None = None,
@@ -110,10 +103,12 @@ def impact(
 ) -> ImpactSummary:
     """Train with IMPACT: always-on actors, a circular buffer, a target network and V-trace.
 
-    Every parameter left unset comes from the env's preset (models/data/impact_presets.toml).
+    Every parameter left unset comes from the env's preset (models/data/presets.toml: the env's
+    values, then its [impact_run] and [impact] tables).
 
     Args:
         env: gymnasium env id with vector observations (default CartPole-v1).
+        preset: a variant of the env's preset, e.g. locomotion (its J applies to IMPACT too).
         seed: run seed (default 0).
         target_return: J; stop once the mean of the last return_window completed episodes reaches it.
         max_env_steps: env-step budget: stop once actors have delivered this many steps.
@@ -121,11 +116,11 @@ def impact(
         chunk_steps: learner steps per learn-chunk task (and per MLflow step).
         return_window: completed episodes averaged for the return compared with J.
         max_chunks: stop after this many chunks (smoke tests); 0 or unset: no limit.
-        impact_config: overrides of models/impact/learner.py ImpactConfig, e.g. {"max_reuse": 3, "actors": 4}.
+        impact: overrides of models/impact/config.py ImpactConfig, e.g. {"max_reuse": 3, "actors": 4}.
         backend: where actors run: local (persistent processes here, the default) or dask
             (long-running Dask tasks); work-pool is refused (its actors are one-shot by design).
-        dask_address: dask backend: scheduler address of a running cluster; default a LocalCluster
-            with one worker per actor.
+        backend_options: dask backend: {"dask_address": ...}, a running cluster's scheduler;
+            default a LocalCluster with one worker per actor.
         learner_device: auto (CUDA when present, the default), cpu or cuda.
         prices_file: TOML price table overriding the packaged models/data/prices.toml.
         tracking_uri: MLflow store; default MLFLOW_TRACKING_URI or ./mlruns/mlflow.db.
@@ -134,67 +129,45 @@ def impact(
     """
     prefect_patches.install()
     cfg = prepare_impact(given_arguments(locals()))
+    with tracked_run(cfg.tracking_uri) as tracker:
+        tracker.open()  # before the actors: the cluster's wall time is not spent opening MLflow
+        learner = ImpactLearner(env_spaces(cfg.env_id), cfg.impact, seed=cfg.seed, device=cfg.learner_device)
+        tracker.start(cfg.experiment, f"{cfg.env_id}__impact__{cfg.seed}", params=cfg.to_dict(),
+                      tags={"minionsrl.system": "impact", "minionsrl.scheduler": "impact",
+                            "minionsrl.backend": cfg.backend, "minionsrl.learner_device": learner.device.type},
+                      parent_run_id=cfg.parent_run_id)
+        artifacts = ImpactArtifacts(cfg, tracker, get_run_logger())  # Prefect: progress, chunk table, summary
+        try:
+            summary = run_impact(cfg, learner, tracker, artifacts)
+        except BaseException as exc:
+            artifacts.failed(exc)
+            raise
+        artifacts.finished(summary)
+        return summary
+
+
+def run_impact(cfg: ImpactRunConfig, learner: ImpactLearner, tracker: RunTracker,
+               artifacts: ImpactArtifacts) -> ImpactSummary:
+    """Start the actors, learn chunk by chunk until a stop rule holds, log each chunk."""
     logger = get_run_logger()
-    tracker = RunTracker(cfg.tracking_uri)
-    tracker.check_reachable()
-    spaces = env_spaces(cfg.env_id)
-    status, failure = "FAILED", None
-    tracker.open()  # before the actors: the cluster's wall time is not spent opening MLflow
-    learner = ImpactLearner(spaces, cfg.impact, seed=cfg.seed, device=cfg.learner_device)
-    device = learner.device.type
-    tags = {"minionsrl.system": "impact", "minionsrl.scheduler": "impact",
-            "minionsrl.backend": cfg.backend, "minionsrl.learner_device": device}
-    if flow_run_context.id:
-        tags["prefect.flow_run_id"] = str(flow_run_context.id)
-    if cfg.parent_run_id:
-        tags["mlflow.parentRunId"] = cfg.parent_run_id
-    run_name = f"{cfg.env_id}__impact__{cfg.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
-    run_id = tracker.start(cfg.experiment, run_name, params=cfg.to_dict(), tags=tags)
-    artifacts = ImpactArtifacts(cfg, tracker, logger)  # Prefect: progress, chunk table, summary
     clock = ChunkClock(started_at=time.time())  # the cluster's wall time starts with its actors
-    pool = None
-    try:
-        if cfg.backend == "dask":
-            pool = DaskImpactActorPool(cfg.env_id, cfg.impact, len(learner.weights_vector()), cfg.seed,
-                                       address=cfg.dask_address)
-        else:
-            pool = ImpactActorPool(cfg.env_id, cfg.impact, len(learner.weights_vector()), cfg.seed)
+    pool_class = DaskImpactActorPool if cfg.backend == "dask" else ImpactActorPool
+    options = {"address": cfg.dask_address} if cfg.backend == "dask" else {}
+    with pool_class(cfg.env_id, cfg.impact, len(learner.weights_vector()), cfg.seed, **options) as pool:
         pool.publish(learner.weights_vector(), learner.version, learner.norm_state())
         progress = ImpactProgress(cfg.target_return, cfg.max_env_steps, cfg.max_wall_s, cfg.return_window)
         training = _Training(cfg, learner, pool, progress, clock)
-        chunk, orchestration_s = 0, 0.0
-        metrics: dict[str, float] = {}
+        chunk = 0
         while progress.stop_reason is None:
             t0 = time.perf_counter()
             metrics = learn_chunk(training, chunk)
-            task_s = time.perf_counter() - t0
-            wall_s = time.time() - clock.started_at
-            bill = bill_impact(wall_s, cfg.impact.actors, clock.actor_busy_s, clock.learner_s, device, cfg.prices)
-            metrics.update({
-                "time/total_wall_s": wall_s,
-                "time/task_overhead_s": max(task_s - metrics["time/chunk_body_s"], 0.0),
-                "cost/total_usd": bill.server_cluster_usd,
-                "cost/server_cluster_usd": bill.server_cluster_usd,
-                "cost/server_cluster_no_startup_usd": bill.server_cluster_no_startup_usd,
-                "cost/always_on_pool_usd": bill.always_on_pool_usd,
-                "cost/serverless_total_usd": bill.serverless_usd,
-                "cost/serverless_actors_usd": bill.serverless_actors_usd,
-                "cost/serverless_learner_usd": bill.serverless_learner_usd,
-                "cost/learner_on_cuda": float(device == "cuda"),
-            })
-            # Orchestration so far: every chunk task's Prefect overhead plus MLflow logging (the
-            # earlier chunks'; this chunk's own log is counted with the next one and in the summary).
-            orchestration_s += metrics["time/task_overhead_s"]
-            metrics["time/orchestration_s"] = orchestration_s
-            metrics["time/orchestration_frac"] = orchestration_s / max(wall_s, 1e-9)
-            if clock.first_fragment_at is not None:
-                metrics["time/actors_first_fragment_s"] = clock.first_fragment_at - clock.started_at
+            bill = chunk_figures(training, metrics, time.perf_counter() - t0)
             t_log = time.perf_counter()
             tracker.log_metrics(metrics, step=chunk)
-            orchestration_s += time.perf_counter() - t_log
+            training.orchestration_s += time.perf_counter() - t_log
             logger.info("chunk %d: %d learner steps, return %.1f, %d env steps, lag %.1f, wall %.1fs",
                         chunk, learner.version, metrics["rollout/ep_return_mean"], progress.env_steps,
-                        metrics.get("impact/policy_lag_mean", math.nan), wall_s)
+                        metrics.get("impact/policy_lag_mean", math.nan), metrics["time/total_wall_s"])
             chunk += 1
             if cfg.max_chunks and chunk >= cfg.max_chunks and progress.stop_reason is None:
                 progress.stop_reason = STOP_CHUNKS
@@ -202,41 +175,66 @@ def impact(
             artifacts.chunk_done(ImpactChunkRecord(
                 chunk=chunk - 1, learner_steps=learner.version, env_steps=progress.env_steps,
                 mean_return=progress.mean_return, policy_lag_mean=metrics.get("impact/policy_lag_mean", math.nan),
-                wall_s=wall_s, server_cluster_usd=bill.server_cluster_usd), progress.stop_reason)
-        wall_s = time.time() - clock.started_at
-        bill = bill_impact(wall_s, cfg.impact.actors, clock.actor_busy_s, clock.learner_s, device, cfg.prices)
-        summary = ImpactSummary(
-            run_id=run_id, env_id=cfg.env_id, seed=cfg.seed, stop_reason=str(progress.stop_reason),
-            env_steps=progress.env_steps, learner_steps=learner.version, chunks=chunk,
-            final_return=progress.mean_return, wall_s=wall_s,
-            server_cluster_cost_usd=bill.server_cluster_usd,
-            server_cluster_cost_no_startup_usd=bill.server_cluster_no_startup_usd,
-            serverless_cost_usd=bill.serverless_usd, orchestration_frac=orchestration_s / max(wall_s, 1e-9),
-            actor_replacements=pool.counters.replacements, learner_device=device,
-            tracking_uri=tracker.tracking_uri)
-        tracker.set_tags({"minionsrl.stop_reason": summary.stop_reason})
-        tracker.log_metrics({"summary/target_reached": float(summary.target_reached),
-                             "summary/time_to_stop_s": wall_s, "summary/wall_s": wall_s,
-                             "summary/env_steps": float(summary.env_steps),
-                             "summary/cost_usd": summary.server_cluster_cost_usd,
-                             "summary/server_cluster_cost_usd": summary.server_cluster_cost_usd,
-                             "summary/server_cluster_cost_no_startup_usd": summary.server_cluster_cost_no_startup_usd,
-                             "summary/serverless_cost_usd": summary.serverless_cost_usd,
-                             "summary/orchestration_frac": summary.orchestration_frac},
-                            step=max(chunk - 1, 0))
-        artifacts.finished(summary)
-        status = "FINISHED"
-        logger.info("stopped: %s after %d chunks, %d env steps, %.1fs; MLflow run %s", summary.stop_reason,
-                    chunk, summary.env_steps, wall_s, run_id)
-        return summary
-    except BaseException as exc:
-        failure = exc
-        artifacts.failed(exc)
-        raise
-    finally:
-        if pool is not None:
-            pool.close()
-        tracker.finish(status, failure)
+                wall_s=metrics["time/total_wall_s"], server_cluster_usd=bill.server_cluster_usd), progress.stop_reason)
+        summary = impact_summary(training, chunk, pool.counters.replacements, tracker)
+    tracker.set_tags({"minionsrl.stop_reason": summary.stop_reason})
+    tracker.log_metrics({"summary/target_reached": float(summary.target_reached),
+                         "summary/time_to_stop_s": summary.wall_s, "summary/wall_s": summary.wall_s,
+                         "summary/env_steps": float(summary.env_steps),
+                         "summary/cost_usd": summary.server_cluster_cost_usd,
+                         "summary/server_cluster_cost_usd": summary.server_cluster_cost_usd,
+                         "summary/server_cluster_cost_no_startup_usd": summary.server_cluster_cost_no_startup_usd,
+                         "summary/serverless_cost_usd": summary.serverless_cost_usd,
+                         "summary/orchestration_frac": summary.orchestration_frac},
+                        step=max(chunk - 1, 0))
+    logger.info("stopped: %s after %d chunks, %d env steps, %.1fs; MLflow run %s", summary.stop_reason,
+                chunk, summary.env_steps, summary.wall_s, tracker.run_id)
+    return summary
+
+
+def training_bill(training: _Training, wall_s: float) -> ImpactBill:
+    cfg, clock = training.cfg, training.clock
+    return bill_impact(wall_s, cfg.impact.actors, clock.actor_busy_s, clock.learner_s,
+                       training.learner.device.type, cfg.prices)
+
+
+def chunk_figures(training: _Training, metrics: dict[str, float], task_s: float) -> ImpactBill:
+    """Add a chunk's wall time, bill and orchestration to its metrics; the bill so far."""
+    wall_s = time.time() - training.clock.started_at
+    bill = training_bill(training, wall_s)
+    metrics.update({
+        "time/total_wall_s": wall_s,
+        "time/task_overhead_s": max(task_s - metrics["time/chunk_body_s"], 0.0),
+        "cost/total_usd": bill.server_cluster_usd,
+        "cost/server_cluster_usd": bill.server_cluster_usd,
+        "cost/server_cluster_no_startup_usd": bill.server_cluster_no_startup_usd,
+        "cost/always_on_pool_usd": bill.always_on_pool_usd,
+        "cost/serverless_total_usd": bill.serverless_usd,
+        "cost/serverless_actors_usd": bill.serverless_actors_usd,
+        "cost/serverless_learner_usd": bill.serverless_learner_usd,
+        "cost/learner_on_cuda": float(training.learner.device.type == "cuda"),
+    })
+    # Orchestration so far: every chunk task's Prefect overhead plus MLflow logging (the earlier
+    # chunks'; this chunk's own log is counted with the next one and in the summary).
+    training.orchestration_s += metrics["time/task_overhead_s"]
+    metrics["time/orchestration_s"] = training.orchestration_s
+    metrics["time/orchestration_frac"] = training.orchestration_s / max(wall_s, 1e-9)
+    if training.clock.first_fragment_at is not None:
+        metrics["time/actors_first_fragment_s"] = training.clock.first_fragment_at - training.clock.started_at
+    return bill
+
+
+def impact_summary(training: _Training, chunks: int, replacements: int, tracker: RunTracker) -> ImpactSummary:
+    cfg, progress, learner = training.cfg, training.progress, training.learner
+    wall_s = time.time() - training.clock.started_at
+    bill = training_bill(training, wall_s)
+    return ImpactSummary(
+        run_id=str(tracker.run_id), env_id=cfg.env_id, seed=cfg.seed, stop_reason=str(progress.stop_reason),
+        env_steps=progress.env_steps, learner_steps=learner.version, chunks=chunks,
+        final_return=progress.mean_return, wall_s=wall_s, server_cluster_cost_usd=bill.server_cluster_usd,
+        server_cluster_cost_no_startup_usd=bill.server_cluster_no_startup_usd,
+        serverless_cost_usd=bill.serverless_usd, orchestration_frac=training.orchestration_s / max(wall_s, 1e-9),
+        actor_replacements=replacements, learner_device=learner.device.type, tracking_uri=tracker.tracking_uri)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -27,33 +26,31 @@ import time
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+from prefect.task_runners import ThreadPoolTaskRunner
 
-from prefect import flow, get_run_logger, task  # noqa: E402
-from prefect.cache_policies import NO_CACHE  # noqa: E402
-from prefect.task_runners import ThreadPoolTaskRunner  # noqa: E402
-
-from deployments.local_api import prefect_api  # noqa: E402
-from flows import prefect_patches  # noqa: E402
-from flows.artifacts import EpisodeArtifacts  # noqa: E402
-from flows.cli import quiet_console  # noqa: E402
-from flows.tracking import RunTracker, project_root  # noqa: E402
-from flows.train import fetch_scheduler_checkpoint, train  # noqa: E402
-from models.run.config import ConfigError  # noqa: E402
-from models.run.presets import resolve_run_config  # noqa: E402
-from models.run.session import RunSummary  # noqa: E402
-from models.scheduling.agent import AgentConfig, Episode, SchedulerAgent  # noqa: E402
-from models.scheduling.learned import (  # noqa: E402
+from deployments.local_api import prefect_api
+from flows import prefect_patches
+from flows.artifacts import EpisodeArtifacts
+from flows.cli import quiet_console
+from flows.run_setup import fetch_scheduler_checkpoint
+from flows.tracking import RunTracker, project_root
+from flows.train import train
+from models.run.config import ConfigError
+from models.run.presets import resolve_parameters
+from models.run.session import RunSummary
+from models.scheduling.agent import AgentConfig, Episode, SchedulerAgent
+from models.scheduling.learned import (
     SHIPPED,
     is_mlflow_uri,
     load_scheduler,
     resolve_checkpoint,
     save_scheduler,
 )
-from models.scheduling.provenance import SchedulerProvenance, SchedulerWorkload, TrainingSession  # noqa: E402
-from models.scheduling.reward import rewards_from_summary  # noqa: E402
-from models.scheduling.training import SchedulerEpisodeRecord, SchedulerTrainingResult  # noqa: E402
+from models.scheduling.provenance import SchedulerProvenance, SchedulerWorkload, TrainingSession
+from models.scheduling.reward import rewards_from_summary
+from models.scheduling.training import SchedulerEpisodeRecord, SchedulerTrainingResult
 
 ARTIFACT_DIR = "scheduler"
 ARTIFACT_NAME = "scheduler.pt"
@@ -81,7 +78,7 @@ def scheduler_target(workload: SchedulerWorkload) -> float:
     is the presets' "no target", then gymnasium's reward_threshold for its env. Validates the
     workload first (a bad value fails here, not in episode 0)."""
     given = {k: v for k, v in workload.train_parameters().items() if v is not None}
-    cfg = resolve_run_config({**given, "scheduler": "max"})
+    cfg = resolve_parameters({**given, "scheduler": "max"})
     if cfg.target_return < NO_TARGET:
         return cfg.target_return  # the workload's, else the preset's
     threshold = registered_threshold(workload.env)

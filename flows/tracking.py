@@ -10,10 +10,9 @@ import os
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 from mlflow.entities import Metric, Param
 from mlflow.exceptions import MlflowException
@@ -60,16 +59,41 @@ def default_tracking_uri() -> str:
     return f"sqlite:///{store / 'mlflow.db'}"
 
 
-def flatten(params: dict[str, Any], prefix: str = "") -> dict[str, str]:
+def flow_run_tags() -> dict[str, str]:
+    """The Prefect flow run this process is in, as an MLflow tag (none outside a flow run)."""
+    from prefect.runtime import flow_run
+
+    return {"prefect.flow_run_id": str(flow_run.id)} if flow_run.id else {}
+
+
+def flatten(params: Mapping[str, object], prefix: str = "") -> dict[str, str]:
     """Nested dicts to dotted keys: {'ppo': {'gamma': 0.9}} -> {'ppo.gamma': '0.9'}."""
     flat: dict[str, str] = {}
     for key, value in params.items():
         name = f"{prefix}{key}"
-        if isinstance(value, dict):
+        if isinstance(value, Mapping):
             flat.update(flatten(value, f"{name}."))
         else:
             flat[name] = str(value)
     return flat
+
+
+def tracked_run(tracking_uri: str | None = None) -> RunTracker:
+    """The one MLflow run a flow owns, as a context manager (every flow uses it):
+
+        with tracked_run(cfg.tracking_uri) as tracker:  # the store checked: fails in seconds
+            tracker.start(experiment, name, params, tags, parent_run_id=...)  # or resume=run_id
+            ...
+
+    `start` names the run `<name>__<time>` and tags it with this Prefect flow run's id and its
+    parent; leaving the block ends it FINISHED, KILLED (Ctrl-C, a cancellation or a termination
+    signal) or FAILED, with the reason in the tag minionsrl.failure."""
+    return RunTracker(tracking_uri)
+
+
+KILLED_BY = (KeyboardInterrupt, SystemExit)
+"""Exceptions that end a run KILLED rather than FAILED: the user or the system stopped it
+(Prefect's TerminationSignal, raised on SIGTERM, is a SystemExit)."""
 
 
 class RunTracker:
@@ -88,6 +112,16 @@ class RunTracker:
         self.experiment_id: str | None = None
         self._writer: ThreadPoolExecutor | None = None
         self._pending: list[Future[None]] = []
+
+    def __enter__(self) -> RunTracker:
+        self.check_reachable()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if exc is None:
+            self.finish("FINISHED")
+        else:
+            self.finish("KILLED" if isinstance(exc, KILLED_BY) else "FAILED", exc)
 
     def check_reachable(self) -> None:
         """Fail in seconds, naming the store, before anything is started: a SQLite store's folder
@@ -145,15 +179,25 @@ class RunTracker:
         self.open()
         return self._client
 
-    def start(self, experiment: str, run_name: str, params: dict[str, Any],
-              tags: dict[str, str] | None = None, run_id: str | None = None) -> str:
-        """Start a new run, or reopen `run_id` to resume it."""
-        if run_id is not None:
-            self.run_id = run_id
-            self.experiment_id = self.client.get_run(run_id).info.experiment_id
-            self._mark_training_experiment(self.client.get_experiment(self.experiment_id).tags)
-            self.client.update_run(run_id, status="RUNNING")
-            return run_id
+    def start(self, experiment: str, run_name: str, params: Mapping[str, object],
+              tags: dict[str, str] | None = None, parent_run_id: str | None = None) -> str:
+        """Start a new run named `<run_name>__<time>`, tagged with this Prefect flow run and, when
+        given, nested under `parent_run_id`."""
+        tags = {**(tags or {}), **flow_run_tags()}
+        if parent_run_id:
+            tags["mlflow.parentRunId"] = parent_run_id
+        return self._create(experiment, f"{run_name}__{time.strftime('%Y%m%d-%H%M%S')}", params, tags)
+
+    def resume(self, run_id: str) -> str:
+        """Reopen run `run_id` (RUNNING again) to continue it; a failure tag of an earlier attempt
+        stays until the run ends (finish replaces or removes it)."""
+        self.run_id = run_id
+        self.experiment_id = self.client.get_run(run_id).info.experiment_id
+        self._mark_training_experiment(self.client.get_experiment(self.experiment_id).tags)
+        self.client.update_run(run_id, status="RUNNING")
+        return run_id
+
+    def _create(self, experiment: str, run_name: str, params: Mapping[str, object], tags: dict[str, str]) -> str:
         self.open()  # before the lock: open() takes it too (flock is not re-entrant)
         with self._store_lock():  # two runs creating one experiment at once: one creates it
             found = self.client.get_experiment_by_name(experiment)
@@ -168,7 +212,7 @@ class RunTracker:
             else:
                 self.experiment_id = found.experiment_id
                 self._mark_training_experiment(found.tags)
-        run = self.client.create_run(self.experiment_id, run_name=run_name, tags=tags or {})
+        run = self.client.create_run(self.experiment_id, run_name=run_name, tags=tags)
         self.run_id = run.info.run_id
         flat = flatten(params)
         items = [Param(k, v[:6000]) for k, v in flat.items()]
@@ -226,6 +270,8 @@ class RunTracker:
                 self._writer = None
         if failure is not None:
             self.client.set_tag(self.run_id, "minionsrl.failure", f"{type(failure).__name__}: {failure}"[:5000])
+        elif status == "FINISHED" and "minionsrl.failure" in self.client.get_run(self.run_id).data.tags:
+            self.client.delete_tag(self.run_id, "minionsrl.failure")  # an earlier attempt's, now resumed
         self.client.set_terminated(self.run_id, status=status)
         if unwritten is not None and failure is unwritten:  # nothing else failed: the flow must
             raise unwritten

@@ -1,9 +1,12 @@
 """The `train` flow: rounds of schedule -> rollout (mapped I_k wide) -> update until J, B or K.
 
-Each round is a `train-round` subflow. Run it with embedded defaults:
+Each round is a `train-round` subflow (flows/rounds.py). Run it with embedded defaults:
 
     python -m flows.train                      # CartPole-v1, Fixed(8), temporary local Prefect API
     python -m flows.train --env CartPole-v1 --scheduler adapt --seed 1
+
+Its parameters are a Workload's (what to train) and a Placement's (where), flat, as the Prefect
+UI's form and `prefect deployment run -p` show them (models/run/workload.py), plus the run's own.
 """
 
 from __future__ import annotations
@@ -12,121 +15,48 @@ import argparse
 import contextlib
 import dataclasses
 import json
-import math
 import os
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-# A fresh temporary server takes 20+ s to migrate its database on a busy 2-core machine.
-os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+from prefect import flow, get_run_logger
+from prefect.runtime import flow_run as flow_run_context
 
-from prefect import flow, get_run_logger, unmapped  # noqa: E402
-from prefect.runtime import flow_run as flow_run_context  # noqa: E402
-from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings  # noqa: E402
+from deployments.local_api import prefect_api
+from flows import prefect_patches
+from flows.artifacts import RunArtifacts
+from flows.cli import flow_arguments, given_arguments, quiet_console, with_parameter_docs
+from flows.rounds import run_rounds
+from flows.run_setup import RunSetup, prepare_run
+from flows.tracking import RunTracker, tracked_run
+from models.errors import ConfigError
+from models.run.checkpoint import RunCheckpoint
+from models.run.config import SYSTEM_CLUSTER, RunConfig
+from models.run.journal import RoundJournal
+from models.run.session import RunSummary, TrainingSession
+from models.run.workload import Overrides, Placement, Workload
+from models.scheduling.learned import is_learned_spec, parse_learned_spec
+from tasks.backends import ActorBackend, make_backend
 
-from deployments.local_api import prefect_api  # noqa: E402
-from flows import prefect_patches  # noqa: E402
-from flows.artifacts import RunArtifacts  # noqa: E402
-from flows.cli import flow_arguments, given_arguments, quiet_console  # noqa: E402
-from flows.prefect_patches.lean_subflow import lean_start  # noqa: E402
-from flows.prefect_patches.shared_task_runner import SharedThreadPoolTaskRunner, results_of  # noqa: E402
-from flows.tracking import RunTracker, default_tracking_uri, project_root  # noqa: E402
-from models.rl.rollout import RolloutBatch  # noqa: E402
-from models.run.checkpoint import RunCheckpoint, load_run_checkpoint  # noqa: E402
-from models.run.config import SYSTEM_CLUSTER, ConfigError, RunConfig  # noqa: E402
-from models.run.journal import RoundJournal  # noqa: E402
-from models.run.presets import resolve_run_changes, resolve_run_config  # noqa: E402
-from models.run.session import RunSummary, TrainingSession  # noqa: E402
-from models.scheduling.learned import is_learned_spec, is_mlflow_uri, parse_learned_spec  # noqa: E402
-from tasks.backends import ActorBackend, make_backend  # noqa: E402
-from tasks.chaos import chaos_point  # noqa: E402
-from tasks.rounds import ActorFailure, evaluate, rollout, schedule, update  # noqa: E402
-
-
-def fetch_scheduler_checkpoint(ref: str, tracking_uri: str, dest: str | Path) -> Path:
-    """Download the scheduler checkpoint an MLflow URI names (runs:/<id>/scheduler/scheduler.pt,
-    models:/...) from `tracking_uri`, never from MLFLOW_TRACKING_URI or a default, into the
-    folder `dest`; a folder artifact gives its first .pt file."""
-    import mlflow.artifacts
-
-    try:
-        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=ref, tracking_uri=tracking_uri,
-                                                         dst_path=str(dest)))
-    except Exception as exc:  # MlflowException, OSError: say which URI and store failed
-        raise ConfigError(f"cannot download scheduler checkpoint {ref!r} from {tracking_uri}: {exc}") from exc
-    if local.is_dir():
-        found = sorted(local.rglob("*.pt"))
-        if not found:
-            raise ConfigError(f"no .pt scheduler checkpoint under {ref!r} in {tracking_uri}")
-        local = found[0]
-    return local
-
-
-def localise_scheduler_spec(spec: str | None, tracking_uri: str, dest_root: str | Path) -> str | None:
-    """'learned:<MLflow URI>[:mode]' -> 'learned:<local copy>:<mode>', the copy downloaded from
-    `tracking_uri` into a fresh folder under dest_root (kept: a resumed run loads it again).
-    Every other spec comes back unchanged."""
-    if not is_learned_spec(spec):
-        return spec
-    learned = parse_learned_spec(spec)
-    if not is_mlflow_uri(learned.ref):
-        return spec
-    Path(dest_root).mkdir(parents=True, exist_ok=True)
-    local = fetch_scheduler_checkpoint(learned.ref, tracking_uri, tempfile.mkdtemp(prefix="scheduler-", dir=dest_root))
-    return f"learned:{local}:{learned.mode}"
-
-
-class RoundFailedError(RuntimeError):
-    """Fewer actors returned than the quorum needs; the last checkpoint is intact."""
-
-    def __init__(self, message: str, round_index: int, returned: int, failed: int):
-        super().__init__(message)
-        self.round_index, self.returned, self.failed = round_index, returned, failed
-
-    def __reduce__(self):  # Prefect may pickle a flow's exception
-        return type(self), (str(self), self.round_index, self.returned, self.failed)
-
-
-def round_flow(session: TrainingSession, backend: ActorBackend, journal: RoundJournal,
-               task_runner: SharedThreadPoolTaskRunner):
-    """The `train-round` subflow, bound to this run's session and actor backend.
-
-    A closure rather than a module-level flow with the session as a parameter: Prefect
-    JSON-encodes flow parameters for the API, and walking a learner would cost more than a
-    round. The run's visible parameters stay the round index and the actor count.
-    """
-
-    cfg = session.cfg
-
-    @flow(name="train-round", flow_run_name="round-{round_index}-x{actors}", persist_result=False,
-          validate_parameters=False, task_runner=task_runner)
-    def train_round(round_index: int, actors: int):
-        body_started = time.perf_counter()
-        jobs = session.jobs(actors, session.learner.weights())
-        results = results_of(rollout.map(unmapped(backend), jobs, timeout_s=unmapped(cfg.actor_timeout_s),
-                                         retries=unmapped(cfg.actor_retries), journal=unmapped(journal)))
-        batches = [r for r in results if isinstance(r, RolloutBatch)]
-        failures = [r for r in results if isinstance(r, ActorFailure)]
-        needed = math.ceil(cfg.quorum * actors)
-        if len(batches) < needed:
-            raise RoundFailedError(
-                f"round {round_index}: {len(batches)} of {actors} actors returned, quorum needs "
-                f"{needed}; failures: {[f.error for f in failures]}",
-                round_index, len(batches), len(failures))
-        if failures:
-            get_run_logger().warning("round %d continues with %d of %d batches (%d actors failed)",
-                                     round_index, len(batches), actors, len(failures))
-        stats = update(session.learner, batches, round_index, journal)
-        stats["time/round_body_s"] = time.perf_counter() - body_started
-        return batches, [f.billed_s for f in failures], stats
-
-    return lean_start(train_round)  # 5 API calls to start a round instead of 8 (flows/prefect_patches/lean_subflow.py)
+PARAMETER_DOCS = {
+    "scheduler": "fixed:N, max, adapt, increase:N[:step[:every]], decrease:N[:step[:every]], switch:A:B:P "
+                 "(A actors until R_k reaches P% of J, then B) or learned[:<path, packaged name or MLflow "
+                 "URI>][:sample]; an MLflow URI is downloaded from this run's tracking_uri (into "
+                 "checkpoint_dir/scheduler-artifacts).",
+    "tracking_uri": "MLflow store; default MLFLOW_TRACKING_URI or ./mlruns/mlflow.db.",
+    "experiment": "MLflow experiment name; default minionsrl/<env>.",
+    "checkpoint_dir": "where per-round checkpoints go; default ./checkpoints.",
+    "resume": "a run's checkpoint (checkpoints/<run id>/latest.pt): continue it after its last finished "
+              "round, in the same MLflow run, with its stored configuration; only max_rounds, budget_usd, "
+              "where it runs, actor_timeout_s, actor_retries, quorum, evaluation and learner_device may be "
+              "changed (recorded as the MLflow tag minionsrl.resume_changes); any other differing value is "
+              "refused.",
+    "preset": "a variant of the env's preset to fill the unset parameters from, e.g. locomotion "
+              "(Hopper-v5, HalfCheetah-v5: a J that needs forward motion and its step budget); default "
+              "the env's own preset (the paper's J).",
+}
 
 
 def train_run_name() -> str:
@@ -146,132 +76,56 @@ def train_run_name() -> str:
 
 
 @flow(name="train", flow_run_name=train_run_name, persist_result=False, validate_parameters=True)
+@with_parameter_docs(Workload, Placement, RunConfig, **PARAMETER_DOCS)
 def train(
-    env: str | None = None,
-    scheduler: str | None = None,
-    target_return: float | None = None,
-    budget_usd: float | None = None,
-    max_rounds: int | None = None,
-    i_max: int | None = None,
-    fragment: int | None = None,
-    envs_per_actor: int | None = None,
-    carry_episodes: bool | None = None,
-    seed: int | None = None,
-    scheduler_seed: int | None = None,
-    backend: str | None = None,
-    ppo: dict[str, Any] | None = None,
-    actor_memory_gb: float | None = None,
-    learner_device: str | None = None,
-    prices_file: str | None = None,
-    tracking_uri: str | None = None,
-    experiment: str | None = None,
-    checkpoint_dir: str | None = None,
-    local_workers: int | None = None,
-    parent_run_id: str | None = None,
-    actor_timeout_s: float | None = None,
-    actor_retries: int | None = None,
-    quorum: float | None = None,
-    eval_every: int | None = None,
-    eval_episodes: int | None = None,
-    stop_at_eval: bool | None = None,
-    resume: str | None = None,
-    warm_actors: int | None = None,
-    backend_options: dict[str, Any] | None = None,
-    register_model: str | None = None,
-    log_model: bool | None = None,
-    system: str | None = None,
-    bill_cluster_startup: bool | None = None,
-    preset: str | None = None,
+    env: str | None = None, scheduler: str | None = None, target_return: float | None = None,
+    budget_usd: float | None = None, max_rounds: int | None = None, i_max: int | None = None,
+    fragment: int | None = None, envs_per_actor: int | None = None, carry_episodes: bool | None = None,
+    seed: int | None = None, scheduler_seed: int | None = None, backend: str | None = None,
+    ppo: Overrides | None = None, actor_memory_gb: float | None = None, learner_device: str | None = None,
+    prices_file: str | None = None, tracking_uri: str | None = None, experiment: str | None = None,
+    checkpoint_dir: str | None = None, local_workers: int | None = None, parent_run_id: str | None = None,
+    actor_timeout_s: float | None = None, actor_retries: int | None = None, quorum: float | None = None,
+    eval_every: int | None = None, eval_episodes: int | None = None, stop_at_eval: bool | None = None,
+    resume: str | None = None, warm_actors: int | None = None, backend_options: Overrides | None = None,
+    register_model: str | None = None, log_model: bool | None = None, system: str | None = None,
+    bill_cluster_startup: bool | None = None, preset: str | None = None,
 ) -> RunSummary:
     """Train PPO on `env` with per-round actor counts chosen by `scheduler`.
 
     Every parameter left unset comes from the workload's preset (models/data/presets.toml), then
     from models/run/config.py RunConfig's defaults; all of them become one RunConfig.
-
-    Args:
-        env: gymnasium env id or 'module:EnvName' (default CartPole-v1).
-        scheduler: fixed:N, max, adapt, increase:N[:step[:every]], decrease:N[:step[:every]],
-            switch:A:B:P (A actors until R_k reaches P% of J, then B) or
-            learned[:<path, packaged name or MLflow URI>][:sample]; an MLflow URI is downloaded
-            from this run's tracking_uri (into checkpoint_dir/scheduler-artifacts).
-        target_return: J; training stops once a round's mean episode return reaches it.
-        budget_usd: B, a hard limit: a round starts only when an upper bound of its cost fits in
-            what is left (round 0 included; models/billing/budget.py).
-        max_rounds: K; at most this many rounds.
-        i_max: largest actor count a scheduler may choose (default 32).
-        fragment: env steps each actor samples per round.
-        envs_per_actor: environments one actor steps in lockstep (divides fragment).
-        carry_episodes: each round's actor i continues the episodes that actor i of the round
-            before left unfinished, instead of resetting its envs (MuJoCo envs; the locomotion
-            presets turn it on).
-        seed: run seed (default 0); actor i of round k uses a seed derived from (seed, k, i).
-        scheduler_seed: seed of a learned scheduler's sampling (learned:...:sample); default the
-            run's seed.
-        backend: where actors run: local (warm processes on this machine, the default),
-            work-pool (each actor its own flow run on a Prefect work pool: process, ACI, ...)
-            or dask.
-        ppo: overrides of PPO hyperparameters, e.g. {"learning_rate": 0.001}.
-        actor_memory_gb: memory billed per actor.
-        learner_device: auto (CUDA when present, the default), cpu or cuda.
-        prices_file: TOML price table overriding the packaged models/data/prices.toml.
-        tracking_uri: MLflow store; default MLFLOW_TRACKING_URI or ./mlruns/mlflow.db.
-        experiment: MLflow experiment name; default minionsrl/<env>.
-        checkpoint_dir: where per-round checkpoints go; default ./checkpoints.
-        local_workers: worker processes of the local or dask backend; default one per core.
-        parent_run_id: MLflow run to nest this run under (sweeps, scheduler training).
-        actor_timeout_s: an actor running longer is killed and retried (default 300 s).
-        actor_retries: extra attempts for a crashed or timed-out actor (default 1).
-        quorum: fraction of a round's actors whose batches must arrive for the round to go on
-            (default 0.75).
-        eval_every: every this many rounds (and at the end), evaluate the policy's deterministic
-            actions on whole episodes, logged as eval/...; 0 (the default) turns it off.
-        eval_episodes: episodes per evaluation (default 5).
-        stop_at_eval: judge J on the evaluations, not on R_k: stop once an evaluation's mean
-            return reaches J with every episode moving forward (MuJoCo locomotion); needs eval_every.
-        resume: a run's checkpoint (checkpoints/<run id>/latest.pt): continue it after its last
-            finished round, in the same MLflow run, with its stored configuration; only
-            max_rounds, budget_usd, the backend and its options, actor_timeout_s,
-            actor_retries, quorum, evaluation and learner_device may be changed (recorded as
-            the MLflow tag minionsrl.resume_changes); any other differing value is refused.
-        warm_actors: work-pool backend: warm actor servers to keep between rounds (default 0).
-        backend_options: further options of the backend (models/run/config.py *BackendSpec), e.g.
-            {"actor_deployment": "actor/aci-actor"} or {"dask_address": "tcp://host:8786"}.
-        register_model: register the final policy's MLflow model under this name (a new
-            version each run); it is logged as a model of the run either way.
-        log_model: log the final policy as an MLflow model and the per-round plots (default
-            true; scheduler-training episodes turn it off: ~1-2 s each).
-        system: serverless (the default: actors per round, billed per second of execution) or
-            server-cluster (the price table's fixed cluster: its actor_cores actors every round
-            as local worker processes started once, billed for all its wall time).
-        bill_cluster_startup: server-cluster: bill the cluster's start-up in the first round
-            (default true); the summary reports its cost with and without it either way.
-        preset: a variant of the env's preset to fill the unset parameters from, e.g.
-            locomotion (Hopper-v5, HalfCheetah-v5: a J that needs forward motion and its step
-            budget; models/data/presets.toml); default the env's own preset (the paper's J).
     """
     prefect_patches.install()  # idempotent: the CLI has, a caller from Python may not have
     setup = prepare_run(given_arguments(locals(), exclude=("resume",)), resume)
     cfg = setup.config
-    logger = get_run_logger()
-    tracker = RunTracker(cfg.tracking_uri)
-    tracker.check_reachable()  # fail in seconds, before any actor starts
-    if setup.checkpoint is not None:
-        tracker.require_run(setup.checkpoint.progress["run_id"])
-    # Start-up in parallel: actor processes spawn while MLflow opens its store (a thread) and
-    # the learner is built here; measured ~4 s + 2.6 s + 2.5 s one after the other.
-    # a server cluster's actor processes run on this machine's cores, one actor per core at a time
-    actor_backend = make_backend(cfg.backend, cfg.env_id, max_running=os.cpu_count() if cfg.cluster else None)
-    status, failure, artifacts = "FAILED", None, None
+    with tracked_run(cfg.tracking_uri) as tracker:  # the store checked before any actor starts
+        if setup.checkpoint is not None:
+            tracker.require_run(setup.checkpoint.progress["run_id"])
+        # a server cluster's actor processes run on this machine's cores, one actor per core at a time
+        actor_backend = make_backend(cfg.backend, cfg.env_id, max_running=os.cpu_count() if cfg.cluster else None)
+        try:
+            return run_training(setup, tracker, actor_backend, Path(resume).resolve() if resume else None)
+        finally:
+            actor_backend.close()
+
+
+def run_training(setup: RunSetup, tracker: RunTracker, actor_backend: ActorBackend, resumed: Path | None
+                 ) -> RunSummary:
+    """Open the session and the run, play the rounds, then the policy, the summary and its record."""
+    cfg, logger = setup.config, get_run_logger()
+    # Start-up in parallel: actor processes spawn (make_backend) while MLflow opens its store (a
+    # thread) and the learner is built here; measured ~4 s + 2.6 s + 2.5 s one after the other.
+    with ThreadPoolExecutor(1) as opener:
+        opening = opener.submit(tracker.open)
+        try:
+            session = TrainingSession(cfg)
+        finally:
+            opening.result()
+    start_tracking(session, tracker, setup)
+    artifacts = RunArtifacts(session, tracker, logger)  # Prefect artifacts, MLflow plots and model
     try:
-        with ThreadPoolExecutor(1) as opener:
-            opening = opener.submit(tracker.open)
-            try:
-                session = TrainingSession(cfg)
-            finally:
-                opening.result()
-        start_tracking(session, tracker, setup)
-        artifacts = RunArtifacts(session, tracker, logger)  # Prefect artifacts, MLflow plots and model
-        ckpt_path = Path(resume).resolve() if resume else Path(cfg.checkpoint_dir) / session.run_id / "latest.pt"
+        ckpt_path = resumed or Path(cfg.checkpoint_dir) / str(session.run_id) / "latest.pt"
         journal = RoundJournal(ckpt_path.with_name("journal.jsonl"))
         if setup.checkpoint is not None:
             settle_crashed_round(session, setup.checkpoint, tracker, journal, ckpt_path)
@@ -286,36 +140,34 @@ def train(
         model = artifacts.log_model(final, cfg.register_model) if cfg.log_model else None
         summary = dataclasses.replace(session.summary(tracking_uri=tracker.tracking_uri, checkpoint=str(ckpt_path)),
                                       rounds_started_at=rounds_started_at, rounds_finished_at=rounds_finished_at)
-        tracker.set_tags({"minionsrl.stop_reason": str(session.stop_reason),
-                          "minionsrl.stop_detail": summary.stop_detail,
-                          "minionsrl.learner_device": summary.learner_device})
-        if cfg.cluster:  # its actors were these processes in every round
-            tracker.set_tags({"minionsrl.worker_pids": json.dumps(session.progress.worker_pids)})
-        tracker.log_metrics({"summary/target_reached": float(summary.target_reached),
-                             "summary/time_to_stop_s": summary.time_to_stop_s,
-                             "summary/cost_usd": summary.cost_usd,
-                             "summary/actors_usd": summary.actors_cost_usd,
-                             "summary/learner_usd": summary.learner_cost_usd,
-                             "summary/startup_usd": summary.startup_cost_usd,
-                             "summary/lost_attempts_usd": session.progress.lost_usd,
-                             "summary/projected_aci_startup_usd": summary.projected_aci_startup_usd,
-                             "summary/server_cluster_cost_usd": summary.server_cluster_cost_usd,
-                             "summary/server_cluster_cost_no_startup_usd":
-                                 summary.server_cluster_cost_no_startup_usd},
-                            step=session.round_index)
+        record_summary(session, summary, tracker)
         artifacts.finished(summary, model, plots=cfg.log_model)
-        status = "FINISHED"
-        logger.info("stopped: %s after %d rounds; MLflow run %s in %s", session.stop_reason,
-                    session.round_index, session.run_id, tracker.tracking_uri)
-        return summary
     except BaseException as exc:
-        failure = exc
-        if artifacts is not None:
-            artifacts.failed(exc)
+        artifacts.failed(exc)
         raise
-    finally:
-        actor_backend.close()
-        tracker.finish(status, failure)
+    logger.info("stopped: %s after %d rounds; MLflow run %s in %s", session.stop_reason,
+                session.round_index, session.run_id, tracker.tracking_uri)
+    return summary
+
+
+def record_summary(session: TrainingSession, summary: RunSummary, tracker: RunTracker) -> None:
+    """The run's end in MLflow: why it stopped, on which device, and its summary/... figures."""
+    tracker.set_tags({"minionsrl.stop_reason": str(session.stop_reason),
+                      "minionsrl.stop_detail": summary.stop_detail,
+                      "minionsrl.learner_device": summary.learner_device})
+    if session.cfg.cluster:  # its actors were these processes in every round
+        tracker.set_tags({"minionsrl.worker_pids": json.dumps(session.progress.worker_pids)})
+    tracker.log_metrics({"summary/target_reached": float(summary.target_reached),
+                         "summary/time_to_stop_s": summary.time_to_stop_s,
+                         "summary/cost_usd": summary.cost_usd,
+                         "summary/actors_usd": summary.actors_cost_usd,
+                         "summary/learner_usd": summary.learner_cost_usd,
+                         "summary/startup_usd": summary.startup_cost_usd,
+                         "summary/lost_attempts_usd": session.progress.lost_usd,
+                         "summary/projected_aci_startup_usd": summary.projected_aci_startup_usd,
+                         "summary/server_cluster_cost_usd": summary.server_cluster_cost_usd,
+                         "summary/server_cluster_cost_no_startup_usd": summary.server_cluster_cost_no_startup_usd},
+                        step=session.round_index)
 
 
 def start_tracking(session: TrainingSession, tracker: RunTracker, setup: RunSetup) -> None:
@@ -325,26 +177,24 @@ def start_tracking(session: TrainingSession, tracker: RunTracker, setup: RunSetu
     if setup.checkpoint is not None:
         session.load(setup.checkpoint)
         mark_crashed(session.progress.flow_run_ids)
-        tracker.start("", "", {}, run_id=session.run_id)
+        if this_flow_run:
+            session.progress.flow_run_ids.append(this_flow_run)
+        tracker.resume(str(session.run_id))
         if setup.changes:
             tracker.set_tags({"minionsrl.resume_changes": json.dumps(setup.changes, default=str)})
         if this_flow_run:
-            session.progress.flow_run_ids.append(this_flow_run)
             tracker.set_tags({"prefect.flow_run_id": this_flow_run})
         get_run_logger().info("resuming run %s at round %d", session.run_id, session.round_index)
         return
+    if this_flow_run:
+        session.progress.flow_run_ids.append(this_flow_run)
     system = f"{SYSTEM_CLUSTER}__" if cfg.cluster else ""  # its own row in the runs view
-    run_name = f"{cfg.env_id}__{system}{session.scheduler.name}__{cfg.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
     tags = {"minionsrl.scheduler": session.scheduler.name, "minionsrl.backend": cfg.backend.name,
             "minionsrl.learner_device": session.learner_device, "minionsrl.system": cfg.system}
-    if cfg.parent_run_id:
-        tags["mlflow.parentRunId"] = cfg.parent_run_id
     if setup.scheduler_source:  # the MLflow URI the local copy came from
         tags["minionsrl.scheduler_source"] = setup.scheduler_source
-    if this_flow_run:
-        tags["prefect.flow_run_id"] = this_flow_run
-        session.progress.flow_run_ids.append(this_flow_run)
-    session.progress.run_id = tracker.start(cfg.experiment, run_name, params=cfg.to_dict(), tags=tags)
+    session.progress.run_id = tracker.start(cfg.experiment, f"{cfg.env_id}__{system}{session.scheduler.name}__{cfg.seed}",
+                                            params=cfg.to_dict(), tags=tags, parent_run_id=cfg.parent_run_id)
 
 
 def mark_crashed(flow_run_ids: list[str]) -> None:
@@ -386,98 +236,6 @@ def await_actors(session: TrainingSession, backend: ActorBackend) -> None:
     session.note_backend_startup(backend.take_startup_s())
     if session.cfg.cluster:  # its actors are up: the cluster's billed wall time starts
         session.start_cluster_clock()
-
-
-def run_rounds(session: TrainingSession, backend: ActorBackend, tracker: RunTracker, ckpt_path: Path,
-               journal: RoundJournal, logger, on_round=None) -> None:
-    """The round loop: schedule, admit (budget), run the round subflow, record, checkpoint, log.
-
-    The checkpoint is written before the round's MLflow record and holds it, so a crash at any
-    point loses no round and logs none twice (settle_crashed_round); the journal bills a round
-    attempt that a crash cut short. on_round(session) runs after each recorded round."""
-    cfg = session.cfg
-    task_runner = SharedThreadPoolTaskRunner(max_workers=cfg.i_max)  # its threads serve every round
-    run_round = round_flow(session, backend, journal, task_runner)
-    warned_no_episodes = False
-    # Round subflows skip heartbeats: each costs up to 1 s at flow exit (the heartbeat
-    # thread sleeps in 1 s steps before join). The parent `train` run keeps its own.
-    with contextlib.ExitStack() as stack:
-        stack.callback(task_runner.close)
-        stack.enter_context(temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}))
-        while session.stop_reason is None:
-            k = session.round_index
-            actors = schedule(session.scheduler, session.state())
-            if not session.admit_round(actors):
-                logger.info("stopped by the %s", session.progress.stop_detail)
-                break
-            chaos_point("round_start", k)
-            journal.begin(k, actors)
-            started = time.perf_counter()
-            try:
-                batches, failed_billed_s, stats = run_round(round_index=k, actors=actors)
-            except RoundFailedError as exc:  # the failures still count, in MLflow too
-                tracker.log_metrics({"rollout/actor_failures": float(exc.failed),
-                                     "rollout/batches": float(exc.returned)}, step=k)
-                raise
-            chaos_point("round_work", k)
-            metrics = session.record(batches, stats, time.perf_counter() - started, failed_billed_s,
-                                     warm_idle_s=backend.idle_billed_s(),
-                                     pool_startup_s=backend.take_startup_s())
-            if cfg.eval_every and (session.round_index % cfg.eval_every == 0 or session.stop_reason):
-                metrics.update(evaluate(session, cfg.eval_episodes))
-                session.record_evaluation(metrics)
-            chaos_point("recorded", k)
-            session.save(ckpt_path, metrics)
-            chaos_point("saved", k)
-            tracker.log_metrics(metrics, step=k)
-            chaos_point("logged", k)
-            # "round k/K (p%)" is the terminal's progress bar: how far the run is towards K rounds
-            logger.info("round %d/%d (%d%%): %d actors, return %.1f (J %g), P_k %.2fs, wall %.2fs, "
-                        "$%.6f ($%.6f of B left)", k, cfg.max_rounds, 100 * (k + 1) // max(cfg.max_rounds, 1),
-                        actors, metrics["rollout/ep_return_mean"], cfg.target_return, metrics["time/round_s"],
-                        metrics["time/round_wall_s"], metrics["cost/round_usd"], session.budget_left_usd)
-            if on_round is not None:
-                on_round(session)
-            if metrics["rollout/episodes"] == 0 and not cfg.eval_every and not warned_no_episodes:
-                warned_no_episodes = True
-                message = (f"round {k}: no episode of {cfg.env_id} ended inside a {cfg.fragment}-step "
-                           "fragment, so R_k is undefined and J can never be reached; use eval_every "
-                           "to evaluate whole episodes (or a longer fragment)")
-                logger.warning(message)
-                tracker.set_tags({"minionsrl.warning": message})
-
-
-@dataclass(frozen=True)
-class RunSetup:
-    """A run's resolved configuration, and for a resumed run its checkpoint and what changed."""
-
-    config: RunConfig
-    checkpoint: RunCheckpoint | None = None
-    changes: dict[str, Any] | None = None
-    scheduler_source: str | None = None
-
-
-def prepare_run(given: dict[str, Any], resume: str | None) -> RunSetup:
-    """The train flow's parameters (those given) as one validated RunConfig, before anything starts.
-
-    A new run: presets fill what is unset; a learned scheduler named by an MLflow URI is
-    downloaded from the run's own store. A resumed run: the checkpoint's stored configuration,
-    with only the changes a resume may make.
-    """
-    if resume:
-        checkpoint = load_run_checkpoint(resume)
-        stored = RunConfig.from_dict(checkpoint.config)
-        changes = resolve_run_changes(given, stored)
-        return RunSetup(stored.with_changes(changes), checkpoint, changes)
-    given.setdefault("tracking_uri", default_tracking_uri())
-    given.setdefault("checkpoint_dir", str(project_root() / "checkpoints"))
-    source = given.get("scheduler")
-    given["scheduler"] = localise_scheduler_spec(source, given["tracking_uri"],
-                                                 Path(given["checkpoint_dir"]) / "scheduler-artifacts")
-    if given["scheduler"] is None:
-        del given["scheduler"]
-    cfg = resolve_run_config(given)
-    return RunSetup(cfg, scheduler_source=str(source).strip() if source != given.get("scheduler") else None)
 
 
 def warm_up() -> None:

@@ -36,13 +36,10 @@ from multiprocessing.connection import Connection, wait
 import numpy as np
 
 from models.envs.batch import env_spaces
-from models.impact.learner import (
-    ImpactConfig,
-    ImpactFragment,
-    ImpactLearner,
-    ImpactProgress,
-    StatsAccumulator,
-)
+from models.impact.buffer import ImpactFragment
+from models.impact.config import ImpactConfig
+from models.impact.learner import ImpactLearner, StatsAccumulator
+from models.impact.progress import ImpactProgress
 from models.rl.normalization import NormLayout, NormStats
 from models.rl.timings import ActorTimings
 from models.run.wire import Codec

@@ -165,7 +165,8 @@ def test_a_failed_impact_training_publishes_its_chunks_and_the_error(prefect_api
     from prefect.client.schemas.filters import ArtifactCollectionFilter, ArtifactCollectionFilterKey
 
     from flows.artifacts import ImpactArtifacts
-    from models.impact.learner import ImpactChunkRecord, ImpactRunConfig
+    from models.impact.config import ImpactRunConfig
+    from models.impact.progress import ImpactChunkRecord
 
     cfg = ImpactRunConfig(env_id="CartPole-v1", target_return=475.0, max_env_steps=10_000, max_wall_s=60.0)
 

@@ -7,8 +7,8 @@ import pickle
 import pytest
 import torch
 
+from models.errors import ConfigError
 from models.run.checkpoint import load_policy, load_run_checkpoint, save_checkpoint
-from models.run.config import ConfigError
 
 
 class _Payload:

@@ -17,7 +17,14 @@ def test_every_flow_parameter_is_an_option_with_its_docstring_help():
     flow_arguments(parser, train.fn)
     options = {a.dest: a for a in parser._actions if a.dest != "help"}
     assert set(options) == set(inspect.signature(train.fn).parameters)
-    assert "J; training stops" in options["target_return"].help
+    # each help is the docstring of the field the parameter fills: written once, where the field is
+    from flows.cli import field_docs
+    from models.run.config import RunConfig
+    from models.run.workload import Placement, Workload
+
+    assert options["target_return"].help == field_docs(Workload)["target_return"].replace("%", "%%")
+    assert options["local_workers"].help == field_docs(Placement)["local_workers"]
+    assert options["quorum"].help == field_docs(RunConfig)["quorum"]
     args = parser.parse_args(["--max-rounds", "3", "--ppo", '{"gamma": 0.9}', "--quorum", "0.5"])
     assert (args.max_rounds, args.ppo, args.quorum, args.env) == (3, {"gamma": 0.9}, 0.5, None)
 

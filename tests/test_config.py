@@ -8,11 +8,11 @@ import sys
 import pytest
 
 from models.run.config import ConfigError, LocalBackendSpec, PPOConfig, RunConfig
-from models.run.presets import resolve_run_config
+from models.run.presets import resolve_parameters
 
 
 def resolve(env_id: str = "CartPole-v1", **overrides) -> RunConfig:
-    return resolve_run_config({"env": env_id, **overrides})
+    return resolve_parameters({"env": env_id, **overrides})
 
 
 def test_cartpole_preset():

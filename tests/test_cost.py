@@ -14,7 +14,7 @@ from models.billing.cost import (
     server_cluster_cost,
     warm_idle_cost,
 )
-from models.run.config import ConfigError
+from models.errors import ConfigError
 
 # Published hourly prices (models/data/prices.toml) and the packaged resources (models/data/prices.toml):
 #   actor   = 1 vCPU + 1 GB          -> 0.0405 + 0.00445                 = 0.04495 $/h

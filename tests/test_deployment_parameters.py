@@ -36,9 +36,9 @@ def test_deployment_parameters_bind_to_the_flow(file, deployment, monkeypatch):
     parameters = deployment.get("parameters") or {}
     parameters_to_args_kwargs(flow.fn, parameters)  # raises on a parameter the flow does not take
     if flow.name == "train":  # the values themselves must make a valid run configuration
-        from models.run.presets import resolve_run_config
+        from models.run.presets import resolve_parameters
 
-        resolve_run_config({k: v for k, v in parameters.items() if v is not None})
+        resolve_parameters({k: v for k, v in parameters.items() if v is not None})
 
 
 @pytest.mark.parametrize(("file", "deployment"), DEPLOYMENTS,

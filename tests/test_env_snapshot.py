@@ -11,10 +11,10 @@ import torch
 
 from models.envs.batch import EnvBatch, make_env
 from models.envs.snapshot import EnvSnapshot, supports_snapshots
+from models.errors import ConfigError
 from models.rl.normalization import Moments, NormStats
 from models.rl.policy import ActorCritic, weights_to_bytes
 from models.rl.rollout import ActorJob, RolloutBatch, run_actor, sample_fragment
-from models.run.config import ConfigError
 from models.run.wire import Codec
 
 
@@ -96,16 +96,16 @@ def test_snapshots_travel_through_the_wire_and_the_checkpoint():
 
 
 def test_only_mujoco_envs_carry_episodes_and_the_config_says_so_before_anything_runs():
-    from models.run.presets import resolve_run_config
+    from models.run.presets import resolve_parameters
 
     assert supports_snapshots(make_env("Hopper-v5"))
     assert not supports_snapshots(make_env("CartPole-v1"))
-    assert resolve_run_config({"env": "Hopper-v5", "carry_episodes": True}).carry_episodes
-    assert not resolve_run_config({"env": "Hopper-v5"}).carry_episodes
+    assert resolve_parameters({"env": "Hopper-v5", "carry_episodes": True}).carry_episodes
+    assert not resolve_parameters({"env": "Hopper-v5"}).carry_episodes
     with pytest.raises(ConfigError, match="carry_episodes: CartPole-v1 is not a MuJoCo env"):
-        resolve_run_config({"env": "CartPole-v1", "carry_episodes": True})
+        resolve_parameters({"env": "CartPole-v1", "carry_episodes": True})
     with pytest.raises(ConfigError, match="carry_episodes must be true or false"):
-        resolve_run_config({"env": "Hopper-v5", "carry_episodes": "yes"})
+        resolve_parameters({"env": "Hopper-v5", "carry_episodes": "yes"})
 
 
 def test_a_snapshot_of_another_body_is_refused():

@@ -14,7 +14,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from flows.experiments.results import ExperimentResult
-from models.run.config import ConfigError
+from models.errors import ConfigError
 
 pytestmark = pytest.mark.e2e
 
@@ -350,9 +350,9 @@ def test_each_flow_loads_from_its_own_file(monkeypatch, entrypoint, name):
 
 def test_an_experiment_reads_unset_settings_from_the_env_preset(mlflow_uri):
     from flows.experiments.common import Experiment
-    from models.run.presets import resolve_run_config
+    from models.run.presets import resolve_parameters
 
-    preset = resolve_run_config({"env": "CartPole-v1", "tracking_uri": mlflow_uri, "checkpoint_dir": "c"})
+    preset = resolve_parameters({"env": "CartPole-v1", "tracking_uri": mlflow_uri, "checkpoint_dir": "c"})
     with Experiment("probe", "CartPole-v1", {}, {"fragment": 128}, mlflow_uri, None, None) as exp:
         assert exp.setting("i_max") == preset.i_max == 32  # not given: the preset's
         assert exp.setting("fragment") == 128  # given

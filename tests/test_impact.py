@@ -9,24 +9,18 @@ import numpy as np
 import pytest
 import torch
 
-from models.billing.cost import PriceTable, server_cluster_cost
+from flows.impact import prepare_impact
+from models.billing.cost import PriceTable, bill_impact, server_cluster_cost
 from models.envs.batch import EnvBatch, env_spaces
-from models.impact.learner import (
-    FragmentBuffer,
-    ImpactConfig,
-    ImpactFragment,
-    ImpactLearner,
-    ImpactProgress,
-    bill_impact,
-    impact_anchor_logp,
-    load_weights_vector,
-    resolve_impact_config,
-    weights_vector,
-)
+from models.errors import ConfigError
+from models.impact.buffer import FragmentBuffer, ImpactFragment
+from models.impact.config import ImpactConfig, resolve_impact_config
+from models.impact.learner import ImpactLearner, impact_anchor_logp, load_weights_vector, weights_vector
+from models.impact.progress import ImpactProgress
 from models.rl.normalization import Moments, NormDeltas, NormStats, RunningMeanStd
 from models.rl.policy import ActorCritic
 from models.rl.rollout import sample_fragment
-from models.run.config import ConfigError
+from models.run.workload import Workload
 
 
 def _fake(i: int, version: int = 0) -> ImpactFragment:
@@ -149,9 +143,9 @@ def test_bill_is_the_cluster_for_the_wall_time_and_serverless_for_reference():
 
 
 def test_config_presets_and_bad_input():
-    cfg = resolve_impact_config({"env": "CartPole-v1"})
+    cfg = resolve_impact_config(Workload(env="CartPole-v1"))
     assert cfg.target_return == 475.0 and cfg.impact.is_clip == 2.0 and cfg.impact.target_update_every == 2
-    assert resolve_impact_config({"env": "CartPole-v1", "impact": {"max_reuse": 3}}).impact.max_reuse == 3
+    assert resolve_impact_config(Workload(env="CartPole-v1", impact={"max_reuse": 3})).impact.max_reuse == 3
     for bad, match in [({"impact": {"c_bar": 2.0, "rho_bar": 1.0}}, "c_bar"),
                        ({"impact": {"max_reuse": 0}}, "max_reuse"),
                        ({"impact": {"batch_fragments": 40, "buffer_fragments": 8}}, "batch_fragments"),
@@ -160,7 +154,7 @@ def test_config_presets_and_bad_input():
                        ({"max_env_steps": 0}, "max_env_steps"),
                        ({"env": "NoSuchEnv-v0"}, "unknown gymnasium env id")]:
         with pytest.raises(ConfigError, match=match):
-            resolve_impact_config({"env": "CartPole-v1", **bad})
+            prepare_impact({"env": "CartPole-v1", **bad})
 
 
 def _hopper_fragments(learner: ImpactLearner, n: int, steps: int = 40, envs: int = 2) -> list[ImpactFragment]:
@@ -223,8 +217,8 @@ def test_norm_layout_round_trip_and_presence():
 
 
 def test_hopper_preset_normalises_and_cartpole_preset_does_not():
-    cartpole = resolve_impact_config({"env": "CartPole-v1"}).impact
+    cartpole = resolve_impact_config(Workload(env="CartPole-v1")).impact
     assert not cartpole.normalize_obs and not cartpole.normalize_reward and cartpole.init_log_std == 0.0
-    hopper = resolve_impact_config({"env": "Hopper-v5"})
+    hopper = resolve_impact_config(Workload(env="Hopper-v5"))
     assert hopper.target_return == 1000.0 and hopper.impact.normalize_obs and hopper.impact.normalize_reward
     assert hopper.max_env_steps >= 1 and hopper.max_wall_s > 0

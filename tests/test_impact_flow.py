@@ -13,10 +13,12 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from models.envs.batch import env_spaces
-from models.impact.learner import ImpactConfig, ImpactLearner, ImpactProgress
+from models.errors import ConfigError
+from models.impact.config import ImpactConfig
+from models.impact.learner import ImpactLearner
+from models.impact.progress import ImpactProgress
 from models.report.run_report import artifact_key
 from models.rl.normalization import Moments, NormStats
-from models.run.config import ConfigError
 from tasks.impact_actors import ChunkClock, ImpactActorPool, learn_chunk
 from tests.prefect_reads import task_runs_eventually
 
@@ -67,7 +69,7 @@ def test_impact_flow_two_chunks_through_prefect_and_mlflow(prefect_api_url, mlfl
     from flows.impact import impact
 
     summary = impact(env="CartPole-v1", seed=4, chunk_steps=5, max_chunks=2, max_wall_s=120.0,
-                     impact_config=SMALL, tracking_uri=mlflow_uri, learner_device="cpu")
+                     impact=SMALL, tracking_uri=mlflow_uri, learner_device="cpu")
     assert summary.stop_reason == "max_chunks" and summary.chunks == 2
     assert summary.learner_steps == 10
     assert summary.env_steps > 0 and summary.server_cluster_cost_usd > summary.server_cluster_cost_no_startup_usd > 0
@@ -129,9 +131,9 @@ def test_bad_input_fails_before_any_actor_or_run(prefect_api_url, mlflow_uri):
     with pytest.raises(ConfigError, match="one-shot per round by design"):
         impact(env="CartPole-v1", backend="work-pool", tracking_uri=mlflow_uri)
     with pytest.raises(ConfigError, match="c_bar"):
-        impact(env="CartPole-v1", impact_config={"c_bar": 2.0}, tracking_uri=mlflow_uri)
+        impact(env="CartPole-v1", impact={"c_bar": 2.0}, tracking_uri=mlflow_uri)
     with pytest.raises(ConfigError, match="max_reuse"):
-        impact(env="CartPole-v1", impact_config={"max_reuse": 0}, tracking_uri=mlflow_uri)
+        impact(env="CartPole-v1", impact={"max_reuse": 0}, tracking_uri=mlflow_uri)
     client = MlflowClient(mlflow_uri)
     experiments = client.search_experiments()
     assert not experiments or client.search_runs([e.experiment_id for e in experiments]) == []
@@ -152,7 +154,7 @@ def test_impact_flow_on_a_local_dask_cluster(prefect_api_url, mlflow_uri):
     from flows.impact import impact
 
     summary = impact(env="CartPole-v1", seed=6, chunk_steps=5, max_chunks=2, max_wall_s=180.0,
-                     impact_config=SMALL, backend="dask", tracking_uri=mlflow_uri, learner_device="cpu")
+                     impact=SMALL, backend="dask", tracking_uri=mlflow_uri, learner_device="cpu")
     assert (summary.stop_reason, summary.chunks, summary.learner_steps) == ("max_chunks", 2, 10)
     assert summary.env_steps > 0 and summary.actor_replacements == 0
     client = MlflowClient(mlflow_uri)
@@ -228,7 +230,7 @@ def test_hopper_impact_flow_with_normalisers_two_chunks(prefect_api_url, mlflow_
     from flows.impact import impact
 
     summary = impact(env="Hopper-v5", seed=0, chunk_steps=5, max_chunks=2, max_wall_s=120.0,
-                     impact_config=HOPPER_SMALL, tracking_uri=mlflow_uri, learner_device="cpu")
+                     impact=HOPPER_SMALL, tracking_uri=mlflow_uri, learner_device="cpu")
     assert (summary.stop_reason, summary.chunks, summary.learner_steps) == ("max_chunks", 2, 10)
     client = MlflowClient(mlflow_uri)
     run = client.get_run(summary.run_id)

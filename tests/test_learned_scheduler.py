@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from models.run.config import ConfigError
+from models.errors import ConfigError
 from models.scheduling.agent import Episode, SchedulerAgent
 from models.scheduling.features import RoundState, StateNormaliser
 from models.scheduling.learned import (

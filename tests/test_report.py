@@ -128,14 +128,14 @@ def test_scheduler_training_progress_and_summary():
 
 
 def impact_cfg(**changes):
-    from models.impact.learner import ImpactRunConfig
+    from models.impact.config import ImpactRunConfig
 
     return ImpactRunConfig(**{"env_id": "CartPole-v1", "target_return": 475.0, "max_env_steps": 100_000,
                               "max_wall_s": 600.0, **changes})
 
 
 def chunk(i: int, env_steps: int, wall_s: float, ret: float = 21.5):
-    from models.impact.learner import ImpactChunkRecord
+    from models.impact.progress import ImpactChunkRecord
 
     return ImpactChunkRecord(chunk=i, learner_steps=50 * (i + 1), env_steps=env_steps, mean_return=ret,
                              policy_lag_mean=1.25, wall_s=wall_s, server_cluster_usd=0.001 * (i + 1))
@@ -157,7 +157,7 @@ def test_impact_progress_follows_the_nearest_stop_rule():
 
 
 def test_impact_chunk_rows_and_summary():
-    from models.impact.learner import ImpactSummary
+    from models.impact.progress import ImpactSummary
     from models.report.run_report import IMPACT_CHUNK_COLUMNS, impact_chunk_rows, impact_summary_markdown
 
     rows = impact_chunk_rows([chunk(0, 512, 1.5, math.nan), chunk(1, 1024, 3.25)])

@@ -158,7 +158,7 @@ def test_local_actor_past_its_timeout(prefect_api_url, store_uri, experiment, tm
 
 
 def test_local_quorum_not_met_fails_the_run_clearly(prefect_api_url, store_uri, experiment, tmp_path, notes):
-    from flows.train import RoundFailedError
+    from flows.rounds import RoundFailedError
 
     started = time.time()
     with pytest.raises(RoundFailedError, match=r"round 0: 1 of 2 actors returned, quorum needs 2") as info:

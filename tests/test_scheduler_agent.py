@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
+from models.errors import ConfigError
 from models.rl.normalization import RunningMeanStd
-from models.run.config import ConfigError
 from models.scheduling.agent import AgentConfig, Episode, SchedulerAgent, target_std
 from models.scheduling.features import SchedulerDecision
 from tests.fingerprints import assert_same_fingerprint, fingerprint

@@ -118,7 +118,7 @@ def _logged_scheduler(mlflow_uri, tmp_path):
 def test_learned_runs_uri_comes_from_trains_tracking_uri(mlflow_uri, tmp_path, monkeypatch, ambient):
     """What train does with scheduler='learned:runs:/...': download from its own tracking_uri
     (never MLFLOW_TRACKING_URI), then build the scheduler from the local copy."""
-    from flows.train import localise_scheduler_spec
+    from flows.run_setup import localise_scheduler_spec
     from models.run.config import ConfigError
     from models.scheduling.learned import LearnedScheduler, parse_learned_spec
     from models.scheduling.schedulers import RoundState, make_scheduler

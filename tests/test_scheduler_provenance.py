@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from models.run.config import ConfigError
+from models.errors import ConfigError
 from models.scheduling.provenance import SchedulerProvenance, SchedulerWorkload, TrainingSession
 
 # The trained_on entry of models/data/schedulers/cartpole-v2.pt, written before the reward's

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from models.run.config import ConfigError
+from models.errors import ConfigError
 from models.run.session import STOP_BUDGET
 from models.scheduling.features import SchedulerDecision, SchedulerTrace
 from models.scheduling.reward import episode_rewards, rewards_from_summary, terminal_penalty

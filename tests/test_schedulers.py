@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from models.run.config import ConfigError
+from models.errors import ConfigError
 from models.scheduling.schedulers import Adapt, Fixed, Max, Ramp, RoundState, make_scheduler
 
 

@@ -11,7 +11,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from models.billing.cost import PriceTable
-from models.run.config import ConfigError
+from models.errors import ConfigError
 
 pytestmark = pytest.mark.e2e
 

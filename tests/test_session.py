@@ -9,7 +9,7 @@ import pytest
 
 from models.rl.rollout import RolloutBatch
 from models.rl.timings import ActorTimings
-from models.run.presets import resolve_run_config
+from models.run.presets import resolve_parameters
 from models.run.session import (
     STOP_BUDGET,
     STOP_MAX_ROUNDS,
@@ -21,7 +21,7 @@ LEARNER_S = 0.5
 
 
 def session(**overrides) -> TrainingSession:
-    cfg = resolve_run_config({"env": "CartPole-v1", "scheduler": "fixed:2", "fragment": 8,
+    cfg = resolve_parameters({"env": "CartPole-v1", "scheduler": "fixed:2", "fragment": 8,
                               "tracking_uri": "sqlite:///unused.db", "checkpoint_dir": "unused",
                               **overrides})
     return TrainingSession(cfg)

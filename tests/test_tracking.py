@@ -67,7 +67,7 @@ def test_experiments_open_in_mlflows_model_training_view(mlflow_uri):
                      "chosen": "genai_development"}
     client.delete_experiment_tag(older, "mlflow.experimentKind")
     resumed = RunTracker(mlflow_uri)
-    resumed.start("", "", {}, run_id=client.search_runs([older])[0].info.run_id)
+    resumed.resume(client.search_runs([older])[0].info.run_id)
     assert client.get_experiment(older).tags["mlflow.experimentKind"] == "custom_model_development"
 
 

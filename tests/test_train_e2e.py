@@ -8,7 +8,7 @@ import time
 import pytest
 from mlflow.tracking import MlflowClient
 
-from models.run.config import ConfigError
+from models.errors import ConfigError
 from tests.prefect_reads import task_runs_eventually
 
 pytestmark = pytest.mark.e2e

@@ -11,33 +11,29 @@ import base64
 import inspect
 import json
 import logging
-import os
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
-
-import matplotlib  # noqa: E402
+import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from prefect import get_run_logger  # noqa: E402
-from prefect.artifacts import (  # noqa: E402
+import matplotlib.pyplot as plt
+from prefect import get_run_logger
+from prefect.artifacts import (
     create_image_artifact,
     create_markdown_artifact,
     create_table_artifact,
 )
-from prefect.exceptions import MissingContextError  # noqa: E402
+from prefect.exceptions import MissingContextError
 
-from flows.artifacts import ArtifactPublisher  # noqa: E402
-from flows.tracking import RunTracker, flatten  # noqa: E402
-from flows.train import train  # noqa: E402
-from models.impact.learner import ImpactSummary  # noqa: E402
-from models.report.experiment_resume import (  # noqa: E402
+from flows.artifacts import ArtifactPublisher
+from flows.tracking import RunTracker, flatten
+from flows.train import train
+from models.impact.progress import ImpactSummary
+from models.report.experiment_resume import (
     IMPACT_SCHEDULER,
     FinishedRun,
     changed_params,
@@ -45,8 +41,8 @@ from models.report.experiment_resume import (  # noqa: E402
     encode_finished,
     finished_run_file,
 )
-from models.report.experiment_stats import AggregateRow, TableRow, finite_row, markdown_table  # noqa: E402
-from models.report.run_report import (  # noqa: E402
+from models.report.experiment_stats import AggregateRow, TableRow, finite_row, markdown_table
+from models.report.run_report import (
     RUN_TABLE_EVERY,
     ExperimentRun,
     experiment_progress,
@@ -54,11 +50,11 @@ from models.report.run_report import (  # noqa: E402
     experiment_run_rows,
     table_due,
 )
-from models.run.config import ConfigError  # noqa: E402
-from models.run.presets import resolve_run_config  # noqa: E402
-from models.run.session import RunSummary  # noqa: E402
-from models.scheduling.learned import SHIPPED  # noqa: E402
-from tasks.worker_processes import ready_worker_server  # noqa: E402
+from models.run.config import ConfigError
+from models.run.presets import resolve_parameters
+from models.run.session import RunSummary
+from models.scheduling.learned import SHIPPED
+from tasks.worker_processes import ready_worker_server
 
 DEFAULT_EXPERIMENT = "minionsrl-experiments"
 FINISHED_DIR = "finished_runs"
@@ -156,7 +152,7 @@ class Experiment:
         if value is not None:
             return value
         given = {k: v for k, v in self.workload.items() if v is not None}
-        cfg = resolve_run_config({**given, "env": self.env, "tracking_uri": self.tracker.tracking_uri,
+        cfg = resolve_parameters({**given, "env": self.env, "tracking_uri": self.tracker.tracking_uri,
                                   "checkpoint_dir": self.checkpoint_dir or "checkpoints"})
         return getattr(cfg, name)
 

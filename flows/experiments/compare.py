@@ -16,7 +16,7 @@ from flows.experiments.common import LEARNED, Experiment, actor_steps, bars, lea
 from flows.experiments.results import CompareResult
 from flows.impact import prepare_impact
 from models.billing.cost import PriceTable
-from models.impact.learner import ImpactSummary
+from models.impact.progress import ImpactSummary
 from models.report.experiment_stats import (
     FIXED_SWEEP,
     AggregateRow,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from models.impact.learner import ImpactSummary
+from models.impact.progress import ImpactSummary
 from models.run.session import RunSummary
 from models.scheduling.training import SchedulerTrainingResult
 

@@ -17,8 +17,8 @@ from prefect import flow, get_run_logger
 from flows.experiments.common import LEARNED, Experiment, bars, learned_spec
 from flows.experiments.results import TransferResult
 from flows.scheduler_flows import WORKLOAD_KEYS, finetune_scheduler, scheduler_target, train_scheduler
+from models.errors import ConfigError
 from models.report.experiment_stats import aggregate, row_metrics, stripped
-from models.run.config import ConfigError
 from models.scheduling.provenance import SchedulerWorkload
 from models.scheduling.training import SchedulerTrainingResult
 

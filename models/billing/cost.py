@@ -282,3 +282,35 @@ def bill_cluster_round(wall_s: float, learner_device: str, prices: PriceTable, *
         learner_usd=wall_s * prices.server_learner_per_s,
         startup_usd=prices.server_startup_s * prices.server_per_s if with_startup else 0.0,
         learner_device=learner_device.split(":")[0])
+
+
+@dataclass(frozen=True)
+class ImpactBill:
+    """IMPACT billed as the fixed server cluster it runs on, and for reference as serverless."""
+
+    server_cluster_usd: float
+    """The cluster for the whole wall time, idle included, with its start-up (models/billing/cost.py)."""
+    server_cluster_no_startup_usd: float
+    serverless_actors_usd: float
+    """Actor-seconds (each actor's busy sampling time) x the actor container's price."""
+    serverless_learner_usd: float
+    """Learner-seconds x the learner container's price on the device it ran on."""
+    always_on_pool_usd: float
+    """The run's own always-on processes at container prices: actors + learner x wall time."""
+
+    @property
+    def serverless_usd(self) -> float:
+        return self.serverless_actors_usd + self.serverless_learner_usd
+
+
+def bill_impact(wall_s: float, actors: int, actor_busy_s: float, learner_s: float,
+                learner_device: str, prices: PriceTable) -> ImpactBill:
+    """The run's bill so far (wall_s: the training's wall time, actors' start-up included)."""
+    learner_price = prices.learner_per_second(learner_device)
+    return ImpactBill(
+        server_cluster_usd=server_cluster_cost(wall_s, prices, with_startup=True),
+        server_cluster_no_startup_usd=server_cluster_cost(wall_s, prices, with_startup=False),
+        serverless_actors_usd=actor_busy_s * prices.actor_per_second,
+        serverless_learner_usd=learner_s * learner_price,
+        always_on_pool_usd=wall_s * (actors * prices.actor_per_second + learner_price),
+    )

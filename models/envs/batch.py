@@ -12,7 +12,7 @@ import gymnasium as gym
 import numpy as np
 
 from models.envs.snapshot import EnvSnapshot, restore_snapshot, supports_snapshots, take_snapshot
-from models.run.config import ConfigError
+from models.errors import ConfigError
 
 
 def check_env_id(env_id: str) -> None:

@@ -15,8 +15,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from models.impact.learner import ImpactSummary
-from models.run.config import ConfigError
+from models.errors import ConfigError
+from models.impact.progress import ImpactSummary
 from models.run.session import RunSummary
 from models.run.wire import Codec, WireError
 

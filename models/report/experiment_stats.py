@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 if TYPE_CHECKING:
-    from models.impact.learner import ImpactSummary
+    from models.impact.progress import ImpactSummary
     from models.run.session import RunSummary
 
 

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from models.impact.learner import ImpactChunkRecord, ImpactRunConfig, ImpactSummary
+from models.impact.config import ImpactRunConfig
+from models.impact.progress import ImpactChunkRecord, ImpactSummary
 from models.run.session import STOP_BUDGET, STOP_MAX_ROUNDS, STOP_TARGET, RoundRecord, RunSummary
 from models.scheduling.training import SchedulerEpisodeRecord
 

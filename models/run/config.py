@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from models.billing.cost import PriceTable
 from models.errors import ConfigError
+from models.run.validation import check as _check
+from models.run.validation import with_overrides
 
 __all__ = ["BACKEND_SPECS", "SYSTEMS", "SYSTEM_CLUSTER", "SYSTEM_SERVERLESS", "ConfigError",
            "DaskBackendSpec", "LocalBackendSpec", "PPOConfig", "RunConfig", "WorkPoolBackendSpec",
@@ -84,21 +87,9 @@ class PPOConfig:
         _check(len(self.hidden) >= 1 and all(h >= 1 for h in self.hidden),
                "ppo.hidden must list positive layer widths")
 
-    def replace(self, overrides: dict[str, Any] | None) -> PPOConfig:
-        """Copy with overrides; unknown keys are an error naming the valid ones."""
-        if not overrides:
-            return self
-        known = {f.name for f in dataclasses.fields(self)}
-        unknown = sorted(set(overrides) - known)
-        _check(not unknown, f"unknown PPO parameter(s) {unknown}; valid: {sorted(known)}")
-        values = dict(overrides)
-        if "hidden" in values:
-            _check(isinstance(values["hidden"], list | tuple), "ppo.hidden must be a list of layer widths")
-            values["hidden"] = tuple(values["hidden"])
-        for f in dataclasses.fields(self):
-            if f.name in values:
-                values[f.name] = _typed(f"ppo.{f.name}", values[f.name], getattr(PPOConfig, f.name, None))
-        return dataclasses.replace(self, **values)
+    def replace(self, overrides: Mapping[str, object] | None) -> PPOConfig:
+        """Copy with overrides; unknown keys and wrong types are an error naming the key."""
+        return with_overrides(self, overrides, "ppo", "PPO")
 
 
 # -- where actors run: one typed spec per backend ------------------------------------------
@@ -359,19 +350,3 @@ def cluster_scheduler(spec: str, i_max: int, cores: int) -> bool:
 
 
 VLOSS_FORMS = ("max", "clipped")
-
-
-def _check(ok: bool, message: str) -> None:
-    if not ok:
-        raise ConfigError(message)
-
-
-def _typed(name: str, value: Any, default: Any) -> Any:
-    """value, checked against the type of its default: a wrong type names the key."""
-    if isinstance(default, bool):
-        _check(isinstance(value, bool), f"{name} must be true or false, got {value!r}")
-    elif isinstance(default, int | float) and default is not None:
-        _check(isinstance(value, int | float) and not isinstance(value, bool),
-               f"{name} must be a number, got {value!r}")
-        return type(default)(value) if isinstance(default, float) else value
-    return value

@@ -6,6 +6,7 @@ import copy
 import dataclasses
 import functools
 import tomllib
+from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
@@ -20,9 +21,8 @@ from models.run.config import (
     RunConfig,
     backend_spec,
 )
+from models.run.workload import Placement, Workload, split_parameters
 from models.scheduling.schedulers import make_scheduler
-
-DEFAULT_ENV = "CartPole-v1"
 
 
 @functools.cache
@@ -33,62 +33,69 @@ def _preset_table() -> dict[str, Any]:
 # Named variants of an env's preset, as sub-tables (["Hopper-v5".locomotion]): values laid over
 # the env's preset, which stays as it is (the paper's J values reproduce its tables).
 PRESET_VARIANTS = ("locomotion",)
+SECTIONS = ("ppo", "impact", "impact_run")
+"""Sub-tables of a preset layer: PPO's hyperparameters, IMPACT's, and what differs for an IMPACT
+run of the env (models/impact/config.py)."""
 
 
-def preset_for(env_id: str, variant: str | None = None) -> dict[str, Any]:
-    """The workload preset for env_id; other ids get the generic defaults. `variant` lays that
-    variant's values over it (an env without the variant is an error)."""
+def preset_layers(env_id: str, variant: str | None = None) -> list[dict[str, Any]]:
+    """The tables laid over each other for env_id: [default], the env's own, its variant's (an env
+    without the variant is an error); each a copy, without the env's variant sub-tables."""
     table = _preset_table()
-    merged = copy.deepcopy(table["default"])
     specific = copy.deepcopy(table.get(env_id, {}))
     variants = {name: specific.pop(name) for name in PRESET_VARIANTS if name in specific}
-    layers = [specific]
+    layers = [copy.deepcopy(table["default"]), specific]
     if variant is not None:
         if variant not in variants:
             raise ConfigError(f"{env_id} has no {variant!r} preset variant"
                               f" (it has: {sorted(variants) or 'none'})")
         layers.append(variants[variant])
-    for layer in layers:
-        ppo = {**merged.get("ppo", {}), **layer.get("ppo", {})}
-        merged.update(layer)
-        merged["ppo"] = ppo
+    return layers
+
+
+def preset_for(env_id: str, variant: str | None = None) -> dict[str, Any]:
+    """The PPO workload preset for env_id (other ids get the generic defaults), with `variant`'s
+    values laid over it: its values and its `ppo` hyperparameters."""
+    merged: dict[str, Any] = {"ppo": {}}
+    for layer in preset_layers(env_id, variant):
+        merged["ppo"].update(layer.get("ppo", {}))
+        merged.update({k: v for k, v in layer.items() if k not in SECTIONS})
     return merged
 
 
-# The train flow's parameters that are not RunConfig fields of the same name.
-_BACKEND_PARAMS = ("backend", "backend_options", "local_workers", "warm_actors")
-
-
-def resolve_run_config(given: dict[str, Any]) -> RunConfig:
-    """A run's configuration from the train flow's parameters that were given (not None): the
-    workload's preset fills the rest, then RunConfig's defaults; validated before anything runs."""
-    given = dict(given)
-    env_id = given.pop("env", None) or DEFAULT_ENV
+def resolve_run_config(workload: Workload, placement: Placement | None = None, **run: object) -> RunConfig:
+    """A run's configuration: the workload's values over its env's preset, then RunConfig's
+    defaults; `placement` says where it runs; `run` holds the other RunConfig fields (scheduler,
+    seed, tracking_uri, ...). Validated before anything runs. IMPACT's fields are not PPO's: left out."""
+    env_id = workload.env
     check_env_id(env_id)
-    variant = given.pop("preset", None)
-    preset = preset_for(env_id, variant)
-    backend = _backend(**{k: given.pop(k, None) for k in _BACKEND_PARAMS})
-    ppo = PPOConfig().replace(preset.get("ppo")).replace(given.pop("ppo", None))
-    prices_file = given.pop("prices_file", None)
+    preset = preset_for(env_id, workload.preset)
+    placement = placement or Placement()
+    backend = _backend(placement)
+    ppo = PPOConfig().replace(preset.get("ppo")).replace(workload.ppo)
     fields = {f.name for f in dataclasses.fields(RunConfig)}
-    unknown = sorted(set(given) - fields)
+    unknown = sorted(set(run) - fields)
     if unknown:
         raise ConfigError(f"unknown run parameter(s) {unknown}")
+    given = {k: v for k, v in workload.given().items() if k in fields and k != "ppo"}
     values = {key: preset[key] for key in PRESET_KEYS}
     values.update(given)
+    values.update({k: v for k, v in run.items() if v is not None})
+    if placement.learner_device is not None:
+        values["learner_device"] = placement.learner_device
     values.setdefault("experiment", f"minionsrl/{env_id}")
-    values["preset_variant"] = variant
-    prices = PriceTable.load(prices_file).with_actor_memory(float(values["actor_memory_gb"]))
+    values["preset_variant"] = workload.preset
+    prices = PriceTable.load(workload.prices_file).with_actor_memory(float(values["actor_memory_gb"]))
     if values.get("system") == SYSTEM_CLUSTER:
         # the cluster's size decides the actor count and the pool: the preset's scheduler and
         # one process per core here do not apply (a given one is validated against it)
         cores = prices.server_actor_cores
-        values["scheduler"] = given.get("scheduler", f"fixed:{cores}")
+        values["scheduler"] = run.get("scheduler") or f"fixed:{cores}"
         if backend == LocalBackendSpec():
             backend = LocalBackendSpec(workers=cores)
     try:
         cfg = RunConfig(env_id=env_id, backend=backend, ppo=ppo, prices=prices,
-                        **{k: _coerce(k, v) for k, v in values.items()})
+                        **{k: _coerce(k, v) for k, v in values.items() if k != "env"})
     except TypeError as exc:
         raise ConfigError(f"run parameters: {exc}") from exc
     cfg.validate()
@@ -100,6 +107,12 @@ def resolve_run_config(given: dict[str, Any]) -> RunConfig:
     return cfg
 
 
+def resolve_parameters(given: Mapping[str, object]) -> RunConfig:
+    """resolve_run_config from the `train` flow's flat parameters (those set)."""
+    workload, placement, run = split_parameters(given)
+    return resolve_run_config(workload, placement, **run)
+
+
 def resolve_run_changes(given: dict[str, Any], stored: RunConfig) -> dict[str, Any]:
     """The train flow's parameters given on resume, as RunConfig fields that differ from the
     stored configuration (RunConfig.with_changes decides which of them a resume may make)."""
@@ -109,15 +122,14 @@ def resolve_run_changes(given: dict[str, Any], stored: RunConfig) -> dict[str, A
         changes["env_id"] = given.pop("env")
     if "preset" in given:
         changes["preset_variant"] = given.pop("preset")
-    backend_params = {k: given.pop(k, None) for k in _BACKEND_PARAMS}
-    if any(v is not None for v in backend_params.values()):
-        same_backend = backend_params["backend"] in (None, stored.backend.name)
-        if same_backend and backend_params["backend_options"] is None:  # keep the stored options
-            backend_params["backend_options"] = {
-                k: v for k, v in dataclasses.asdict(stored.backend).items()
-                if k not in ("workers", "warm_actors")}
-        backend_params["backend"] = backend_params["backend"] or stored.backend.name
-        changes["backend"] = _backend(**backend_params)
+    backend_given = {k: given.pop(k, None) for k in BACKEND_PARAMETERS}
+    placement = Placement(**{k: v for k, v in backend_given.items() if v is not None})
+    if placement.given():
+        if placement.backend in (None, stored.backend.name) and placement.backend_options is None:
+            # the same backend keeps its stored options
+            placement = dataclasses.replace(placement, backend_options={
+                k: v for k, v in dataclasses.asdict(stored.backend).items() if k not in ("workers", "warm_actors")})
+        changes["backend"] = _backend(dataclasses.replace(placement, backend=placement.backend or stored.backend.name))
     if "ppo" in given:
         changes["ppo"] = stored.ppo.replace(given.pop("ppo"))
     if "prices_file" in given:
@@ -131,17 +143,21 @@ def resolve_run_changes(given: dict[str, Any], stored: RunConfig) -> dict[str, A
     return {k: v for k, v in changes.items() if v != getattr(stored, k)}
 
 
-def _backend(backend: str | None, backend_options: dict[str, Any] | None, local_workers: int | None,
-             warm_actors: int | None) -> BackendSpec:
+BACKEND_PARAMETERS = ("backend", "backend_options", "local_workers", "warm_actors")
+"""The placement's fields that make the backend spec (learner_device is a RunConfig field)."""
+
+
+def _backend(placement: Placement) -> BackendSpec:
     """The typed backend spec; `local_workers` and `warm_actors` are options like the others."""
-    name = backend or "local"
-    if backend_options is not None and not isinstance(backend_options, dict):
-        raise ConfigError(f"backend_options must be a mapping of option names to values, got {backend_options!r}")
-    options = dict(backend_options or {})
-    if local_workers is not None:
-        options["workers"] = local_workers
-    if warm_actors is not None:
-        options["warm_actors"] = warm_actors
+    name = placement.backend or "local"
+    if placement.backend_options is not None and not isinstance(placement.backend_options, Mapping):
+        raise ConfigError("backend_options must be a mapping of option names to values, "
+                          f"got {placement.backend_options!r}")
+    options = dict(placement.backend_options or {})
+    if placement.local_workers is not None:
+        options["workers"] = placement.local_workers
+    if placement.warm_actors is not None:
+        options["warm_actors"] = placement.warm_actors
     return backend_spec(name, options)
 
 

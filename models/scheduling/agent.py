@@ -15,20 +15,21 @@ Pure torch/numpy: no Prefect, no MLflow, no environment. `LearnedScheduler`
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
+from models.errors import ConfigError
 from models.rl.action_heads import CategoricalHead
 from models.rl.gae import episode_gae
 from models.rl.networks import mlp
 from models.rl.normalization import Moments, RunningMeanStd
 from models.rl.ppo import LossCoefficients, ppo_loss
-from models.run.config import ConfigError
+from models.run.validation import with_overrides
 from models.scheduling.features import FEATURES, SchedulerTrace
 
 
@@ -79,19 +80,9 @@ class AgentConfig:
             if not ok:
                 raise ConfigError(f"scheduler agent: {message}")
 
-    def replace(self, overrides: dict[str, Any] | None) -> AgentConfig:
-        if not overrides:
-            return self
-        known = {f.name for f in fields(self)}
-        unknown = sorted(set(overrides) - known)
-        if unknown:
-            raise ConfigError(f"unknown scheduler agent parameter(s) {unknown}; valid: {sorted(known)}")
-        values = dict(overrides)
-        if "hidden" in values:
-            values["hidden"] = tuple(values["hidden"])
-        cfg = AgentConfig(**{**asdict(self), **values})
-        cfg.validate()
-        return cfg
+    def replace(self, overrides: Mapping[str, object] | None) -> AgentConfig:
+        """Copy with overrides (validated); unknown keys and wrong types name the key."""
+        return with_overrides(self, overrides, "agent", "scheduler agent")
 
     def loss_coefficients(self) -> LossCoefficients:
         """The PPO loss's settings. Advantages are standardised over the whole batch of episodes

@@ -25,9 +25,9 @@ from typing import Any, NamedTuple
 
 import torch
 
+from models.errors import ConfigError
 from models.rl.normalization import Moments, RunningMeanStd
 from models.run.checkpoint import load_checkpoint, save_checkpoint
-from models.run.config import ConfigError
 from models.scheduling.agent import AgentConfig, SchedulerAgent
 from models.scheduling.features import (
     FEATURES,

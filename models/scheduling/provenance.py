@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from typing import Any
 
-from models.run.config import ConfigError
+from models.errors import ConfigError
 
 
 def _known(names: set[str], data: Any, what: str) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from models.run.config import ConfigError
+from models.errors import ConfigError
 from models.run.session import STOP_BUDGET, RunSummary
 
 

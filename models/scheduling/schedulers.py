@@ -12,7 +12,7 @@ import math
 from collections import deque
 from typing import Any, Protocol
 
-from models.run.config import ConfigError
+from models.errors import ConfigError
 from models.scheduling.features import RoundState
 from models.scheduling.learned import is_learned_spec, make_learned_scheduler, parse_learned_spec
 

@@ -1,0 +1,84 @@
+"""A `train` run's set-up before anything starts: its parameters as one validated RunConfig (a new
+run: presets fill what is unset; a resumed run: the checkpoint's configuration with the changes a
+resume may make), and a learned scheduler named by an MLflow URI fetched from the run's store.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from flows.tracking import default_tracking_uri, project_root
+from models.errors import ConfigError
+from models.run.checkpoint import RunCheckpoint, load_run_checkpoint
+from models.run.config import RunConfig
+from models.run.presets import resolve_parameters, resolve_run_changes
+from models.scheduling.learned import is_learned_spec, is_mlflow_uri, parse_learned_spec
+
+
+def fetch_scheduler_checkpoint(ref: str, tracking_uri: str, dest: str | Path) -> Path:
+    """Download the scheduler checkpoint an MLflow URI names (runs:/<id>/scheduler/scheduler.pt,
+    models:/...) from `tracking_uri`, never from MLFLOW_TRACKING_URI or a default, into the
+    folder `dest`; a folder artifact gives its first .pt file."""
+    import mlflow.artifacts
+
+    try:
+        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=ref, tracking_uri=tracking_uri,
+                                                         dst_path=str(dest)))
+    except Exception as exc:  # MlflowException, OSError: say which URI and store failed
+        raise ConfigError(f"cannot download scheduler checkpoint {ref!r} from {tracking_uri}: {exc}") from exc
+    if local.is_dir():
+        found = sorted(local.rglob("*.pt"))
+        if not found:
+            raise ConfigError(f"no .pt scheduler checkpoint under {ref!r} in {tracking_uri}")
+        local = found[0]
+    return local
+
+
+def localise_scheduler_spec(spec: str | None, tracking_uri: str, dest_root: str | Path) -> str | None:
+    """'learned:<MLflow URI>[:mode]' -> 'learned:<local copy>:<mode>', the copy downloaded from
+    `tracking_uri` into a fresh folder under dest_root (kept: a resumed run loads it again).
+    Every other spec comes back unchanged."""
+    if not is_learned_spec(spec):
+        return spec
+    learned = parse_learned_spec(spec)
+    if not is_mlflow_uri(learned.ref):
+        return spec
+    Path(dest_root).mkdir(parents=True, exist_ok=True)
+    local = fetch_scheduler_checkpoint(learned.ref, tracking_uri, tempfile.mkdtemp(prefix="scheduler-", dir=dest_root))
+    return f"learned:{local}:{learned.mode}"
+
+
+@dataclass(frozen=True)
+class RunSetup:
+    """A run's resolved configuration, and for a resumed run its checkpoint and what changed."""
+
+    config: RunConfig
+    checkpoint: RunCheckpoint | None = None
+    changes: Mapping[str, object] | None = None
+    scheduler_source: str | None = None
+
+
+def prepare_run(given: dict[str, object], resume: str | None) -> RunSetup:
+    """The train flow's parameters (those given) as one validated RunConfig, before anything starts.
+
+    A new run: presets fill what is unset; a learned scheduler named by an MLflow URI is
+    downloaded from the run's own store. A resumed run: the checkpoint's stored configuration,
+    with only the changes a resume may make.
+    """
+    if resume:
+        checkpoint = load_run_checkpoint(resume)
+        stored = RunConfig.from_dict(checkpoint.config)
+        changes = resolve_run_changes(given, stored)
+        return RunSetup(stored.with_changes(changes), checkpoint, changes)
+    given.setdefault("tracking_uri", default_tracking_uri())
+    given.setdefault("checkpoint_dir", str(project_root() / "checkpoints"))
+    source = given.get("scheduler")
+    given["scheduler"] = localise_scheduler_spec(source, given["tracking_uri"],
+                                                 Path(given["checkpoint_dir"]) / "scheduler-artifacts")
+    if given["scheduler"] is None:
+        del given["scheduler"]
+    cfg = resolve_parameters(given)
+    return RunSetup(cfg, scheduler_source=str(source).strip() if source != given.get("scheduler") else None)
