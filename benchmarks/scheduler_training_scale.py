@@ -42,21 +42,22 @@ def one_config(config: str, env: str, episodes: int, batch: int, seed: int, dask
     from deployments.local_api import prefect_api
     from flows.cli import quiet_console
     from flows.scheduler_flows import train_scheduler
+    from models.run.workload import Placement, Workload
 
     backend, concurrency = config.split("-")
     quiet_console(False)
     with tempfile.TemporaryDirectory() as tmp, prefect_api(), contextlib.ExitStack() as stack:
-        options = {}
+        placement = Placement()
         if backend == "dask":
             from distributed import LocalCluster
 
             cluster = stack.enter_context(LocalCluster(n_workers=dask_workers, threads_per_worker=1,
                                                        processes=True, dashboard_address=None))
-            options = {"backend": "dask", "backend_options": {"dask_address": cluster.scheduler_address}}
+            placement = Placement(backend="dask", backend_options={"dask_address": cluster.scheduler_address})
         started = time.perf_counter()
-        result = train_scheduler(env=env, episodes=episodes, batch_episodes=batch, concurrency=int(concurrency),
-                                 seed=seed, tracking_uri=f"sqlite:///{tmp}/mlflow.db",
-                                 checkpoint_dir=f"{tmp}/checkpoints", **options)
+        result = train_scheduler(workload=Workload(env=env), placement=placement, episodes=episodes,
+                                 batch_episodes=batch, concurrency=int(concurrency), seed=seed,
+                                 tracking_uri=f"sqlite:///{tmp}/mlflow.db", checkpoint_dir=f"{tmp}/checkpoints")
         wall = time.perf_counter() - started
     eps = result.episodes
     return {"config": config, "episodes": len(eps), "wall_s": round(wall, 1),

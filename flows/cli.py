@@ -1,29 +1,98 @@
 """Command lines generated from a flow's signature, so a flow's parameters and its CLI cannot drift.
 
-Each parameter becomes `--name-with-dashes`, typed from its annotation (a dict is JSON), with
-the help text of its `Args:` entry in the flow's docstring. Unset options stay None, so the
-flow's own defaults apply.
+Each parameter becomes `--name-with-dashes`, typed from its annotation (a dict is JSON, a list
+takes several values, a bool is a switch), with the help text of its `Args:` entry in the flow's
+docstring; a dataclass parameter (Workload, Placement) becomes one option per field, helped by the
+field's docstring. Unset options stay None, so the flow's own defaults apply.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import inspect
 import json
 import re
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 
-def flow_arguments(parser: argparse.ArgumentParser, fn: Callable[..., Any]) -> None:
-    """Add one option per parameter of `fn` (a flow's function: `flow.fn`)."""
+def flow_arguments(parser: argparse.ArgumentParser, fn: Callable[..., Any], exclude: tuple[str, ...] = ()) -> None:
+    """Add one option per parameter of `fn` (a flow's function: `flow.fn`), but `exclude`d ones. A
+    parameter typed as a dataclass (a Workload, a Placement) gets one option per field instead,
+    with its field's docstring as help; `flow_call` puts them back together."""
     hints = typing.get_type_hints(fn)
     helps = docstring_args(fn.__doc__ or "")
     for name in inspect.signature(fn).parameters:
-        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None,
-                            type=_parser_for(name, hints.get(name, str)), help=helps.get(name))
+        if name in exclude:
+            continue
+        group = _dataclass_of(hints.get(name, str))
+        if group is None:
+            _add_option(parser, name, hints.get(name, str), helps.get(name))
+            continue
+        field_hints, field_helps = typing.get_type_hints(group), field_docs(group)
+        for field in dataclasses.fields(group):
+            _add_option(parser, field.name, field_hints[field.name],
+                        field_helps.get(field.name, "").replace("%", "%%"))
+
+
+def flow_call(args: Mapping[str, Any], fn: Callable[..., Any]) -> dict[str, Any]:
+    """The keyword arguments of `fn` from parsed options (flow_arguments'): the set ones, with a
+    dataclass parameter's fields gathered into its instance (None when none of them was given)."""
+    hints = typing.get_type_hints(fn)
+    call: dict[str, Any] = {}
+    for name in inspect.signature(fn).parameters:
+        group = _dataclass_of(hints.get(name, str))
+        if group is None:
+            if args.get(name) is not None:
+                call[name] = args[name]
+            continue
+        values = {f.name: args[f.name] for f in dataclasses.fields(group) if args.get(f.name) is not None}
+        if values:
+            call[name] = group(**values)
+    return call
+
+
+def _add_option(parser: argparse.ArgumentParser, name: str, hint: Any, help_text: str | None) -> None:
+    flag = f"--{name.replace('_', '-')}"
+    hint = _without_none(hint)
+    if hint is bool:  # `--flag` alone is true; `--flag false` says so
+        parser.add_argument(flag, dest=name, default=None, nargs="?", const=True,
+                            type=_parser_for(name, bool), help=help_text)
+    elif typing.get_origin(hint) is dict and typing.get_args(hint) == (str, str):  # LABEL=VALUE pairs
+        parser.add_argument(flag, dest=name, default=None, nargs="*", metavar="KEY=VALUE", action=_Pairs,
+                            help=help_text)
+    elif typing.get_origin(hint) is list:
+        (item,) = typing.get_args(hint)
+        parser.add_argument(flag, dest=name, default=None, nargs="*", type=_parser_for(name, item), help=help_text)
+    else:
+        parser.add_argument(flag, dest=name, default=None, type=_parser_for(name, hint), help=help_text)
+
+
+class _Pairs(argparse.Action):
+    """KEY=VALUE words as a dict (a `dict[str, str]` parameter)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        pairs = {}
+        for text in values or []:
+            key, sep, value = text.partition("=")
+            if not sep or not key.strip() or not value.strip():
+                parser.error(f"{option_string}: expected KEY=VALUE, got {text!r}")
+            pairs[key.strip()] = value.strip()
+        setattr(namespace, self.dest, pairs)
+
+
+def _without_none(hint: Any) -> Any:
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        return next(a for a in typing.get_args(hint) if a is not type(None))
+    return hint
+
+
+def _dataclass_of(hint: Any) -> type | None:
+    hint = _without_none(hint)
+    return hint if isinstance(hint, type) and dataclasses.is_dataclass(hint) else None
 
 
 def given_arguments(values: dict[str, Any], exclude: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -41,8 +110,7 @@ def docstring_args(doc: str) -> dict[str, str]:
 
 
 def _parser_for(name: str, hint: Any) -> Callable[[str], Any]:
-    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
-        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    hint = _without_none(hint)
     if typing.get_origin(hint) is dict or hint is dict:
         def parse_json(text: str) -> Any:
             try:

@@ -10,8 +10,11 @@ sampling its actor counts (models/scheduling/agent.py). Per batch of episodes:
 4. save the checkpoint and log it as the parent run's artifact scheduler/scheduler.pt, so a
    crashed scheduler training resumes from the last update (resume_run_id).
 
-    python -m flows.scheduler_flows train --env CartPole-v1 --episodes 60 --out sched.pt
+    python -m flows.scheduler_flows train --env CartPole-v1 --episodes 60 --output sched.pt
     python -m flows.scheduler_flows finetune --source cartpole --env Acrobot-v1 --episodes 10
+
+The workload every episode trains is a Workload (models/run/workload.py) and where its actors
+run a Placement; the command line has one option per field of each, generated (flows/cli.py).
 """
 
 from __future__ import annotations
@@ -23,23 +26,27 @@ import shutil
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
+from prefect.runtime import flow_run as flow_run_context
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from deployments.local_api import prefect_api
 from flows import prefect_patches
 from flows.artifacts import EpisodeArtifacts
-from flows.cli import quiet_console
+from flows.cli import flow_arguments, flow_call, quiet_console
 from flows.run_setup import fetch_scheduler_checkpoint
-from flows.tracking import RunTracker, project_root
+from flows.tracking import RunTracker, project_root, tracked_run
 from flows.train import train
-from models.run.config import ConfigError
-from models.run.presets import resolve_parameters
+from models.errors import ConfigError
+from models.json_types import JSONObject
+from models.run.presets import resolve_run_config
 from models.run.session import RunSummary
+from models.run.workload import Placement, Workload, workload_env
 from models.scheduling.agent import AgentConfig, Episode, SchedulerAgent
 from models.scheduling.learned import (
     SHIPPED,
@@ -48,7 +55,7 @@ from models.scheduling.learned import (
     resolve_checkpoint,
     save_scheduler,
 )
-from models.scheduling.provenance import SchedulerProvenance, SchedulerWorkload, TrainingSession
+from models.scheduling.provenance import SchedulerProvenance, TrainingSession
 from models.scheduling.reward import rewards_from_summary
 from models.scheduling.training import SchedulerEpisodeRecord, SchedulerTrainingResult
 
@@ -56,10 +63,7 @@ ARTIFACT_DIR = "scheduler"
 ARTIFACT_NAME = "scheduler.pt"
 MAX_CONCURRENCY = 16
 NO_TARGET = 1e8  # presets without a published target use 1e9: "run until budget or K"
-
-
-WORKLOAD_KEYS = tuple(f.name for f in dataclasses.fields(SchedulerWorkload) if f.name != "env")
-"""The `train` parameters of a scheduler's workload besides env (every episode's run uses them)."""
+DEFAULT_I_MAX = 32
 
 
 def registered_threshold(env: str) -> float | None:
@@ -73,12 +77,11 @@ def registered_threshold(env: str) -> float | None:
     return None if threshold is None else float(threshold)
 
 
-def scheduler_target(workload: SchedulerWorkload) -> float:
+def scheduler_target(workload: Workload, placement: Placement | None = None) -> float:
     """J for scheduler runs on the workload: its target_return (None: the preset's) unless that
     is the presets' "no target", then gymnasium's reward_threshold for its env. Validates the
     workload first (a bad value fails here, not in episode 0)."""
-    given = {k: v for k, v in workload.train_parameters().items() if v is not None}
-    cfg = resolve_parameters({**given, "scheduler": "max"})
+    cfg = resolve_run_config(workload, placement, scheduler="max")
     if cfg.target_return < NO_TARGET:
         return cfg.target_return  # the workload's, else the preset's
     threshold = registered_threshold(workload.env)
@@ -112,321 +115,251 @@ def _not_a_config_error(task, task_run, state) -> bool:
 
 @task(name="scheduler-episode", task_run_name="episode-{episode}", cache_policy=NO_CACHE,
       persist_result=False, retries=1, retry_condition_fn=_not_a_config_error)
-def scheduler_episode(episode: int, checkpoint: str, workload: SchedulerWorkload, seed: int,
+def scheduler_episode(episode: int, checkpoint: str, workload: Workload, placement: Placement, seed: int,
                       scheduler_seed: int, parent_run_id: str, tracking_uri: str, experiment: str,
                       checkpoint_dir: str) -> RunSummary:
     """One scheduler episode: a complete `train` run with the learned scheduler sampling."""
     return train(scheduler=f"learned:{checkpoint}:sample", seed=seed, scheduler_seed=scheduler_seed,
-                 parent_run_id=parent_run_id,
-                 tracking_uri=tracking_uri, experiment=experiment, checkpoint_dir=checkpoint_dir,
-                 log_model=False, **workload.train_parameters())
+                 parent_run_id=parent_run_id, tracking_uri=tracking_uri, experiment=experiment,
+                 checkpoint_dir=checkpoint_dir, log_model=False, **workload.for_ppo(), **placement.given())
 
 
-@flow(name="train-scheduler", flow_run_name="train-scheduler-{env}-{episodes}ep-seed{seed}", persist_result=False, validate_parameters=True,
+@dataclass
+class SchedulerTraining:
+    """One scheduler training under way: its agent, what its checkpoint records, where it stands."""
+
+    agent: SchedulerAgent
+    meta: SchedulerProvenance
+    entry: TrainingSession
+    """This run's entry in meta.trained_on (its workload, placement and seeds)."""
+    done: int
+    """Episodes done (a resumed training starts after them)."""
+    experiment: str
+    checkpoint: Path
+
+    def seeds(self, episode: int, batch_start: int) -> tuple[int, int]:
+        """(the workload's seed, the scheduler's sampling seed) of an episode."""
+        seed = self.entry.seed
+        return seed + (batch_start if self.entry.common_seeds else episode), seed + episode
+
+
+def scheduler_run_name() -> str:
+    p = flow_run_context.parameters
+    return f"train-scheduler-{workload_env(p)}-{p.get('episodes', 60)}ep-seed{p.get('seed', 0)}"
+
+
+@flow(name="train-scheduler", flow_run_name=scheduler_run_name, persist_result=False, validate_parameters=True,
       task_runner=ThreadPoolTaskRunner(max_workers=MAX_CONCURRENCY))
 def train_scheduler(
-    env: str = "CartPole-v1",
-    episodes: int = 60,
-    batch_episodes: int = 4,
-    concurrency: int = 1,
-    init_from: str | None = None,
-    resume_run_id: str | None = None,
-    output: str | None = None,
-    beta: float = 0.1,
-    cost_weight: float = 0.0,
-    learning_rate: float | None = None,
-    agent: dict[str, Any] | None = None,
-    i_max: int = 32,
-    preset: str | None = None,
-    target_return: float | None = None,
-    budget_usd: float | None = None,
-    max_rounds: int | None = None,
-    fragment: int | None = None,
-    ppo: dict[str, Any] | None = None,
-    local_workers: int | None = None,
-    backend: str | None = None,
-    backend_options: dict[str, Any] | None = None,
-    eval_every: int | None = None,
-    eval_episodes: int | None = None,
-    stop_at_eval: bool | None = None,
-    seed: int = 0,
-    common_seeds: bool = False,
-    tracking_uri: str | None = None,
-    experiment: str | None = None,
-    checkpoint_dir: str | None = None,
+    workload: Workload | None = None, placement: Placement | None = None, episodes: int = 60,
+    batch_episodes: int = 4, concurrency: int = 1, init_from: str | None = None, resume_run_id: str | None = None,
+    output: str | None = None, beta: float = 0.1, cost_weight: float = 0.0, learning_rate: float | None = None,
+    agent: JSONObject | None = None, seed: int = 0, common_seeds: bool = False, tracking_uri: str | None = None,
+    experiment: str | None = None, checkpoint_dir: str | None = None,
 ) -> SchedulerTrainingResult:
-    """Train the learned scheduler by PPO over complete training runs of `env`.
+    """Train the learned scheduler by PPO over complete training runs of a workload.
 
     Args:
-        env: the workload every episode trains (its preset fills J, B, K, fragment; without a
-            preset target, J is gymnasium's reward_threshold for the env).
+        workload: what every episode's training run is asked to do (default CartPole-v1 with its
+            preset; i_max is the scheduler's action space, default 32; without a preset target, J is
+            gymnasium's reward_threshold for the env).
+        placement: where the episodes' actors run (default local; with a Dask cluster and
+            concurrency > 1, several episodes' actors share it).
         episodes: scheduler episodes in all (a resumed run counts those already done).
         batch_episodes: episodes per PPO update of the scheduler (1 = update after each).
         concurrency: episodes of a batch run at the same time (each its own `train` run).
-        init_from: start from this scheduler (path, packaged name or MLflow URI) instead of
-            a fresh one: fine-tuning.
-        resume_run_id: a crashed or stopped train-scheduler MLflow run to continue from its
-            last logged checkpoint.
+        init_from: start from this scheduler (path, packaged name or MLflow URI) instead of a fresh one: fine-tuning.
+        resume_run_id: a crashed or stopped train-scheduler MLflow run to continue from its last logged checkpoint.
         output: also copy the final checkpoint here.
         beta: weight of a round in the reward r_k = -beta * (P_k + cost_weight * C_k).
-        cost_weight: seconds of training time one USD of round cost is worth in the reward; 0
-            (the default) is the paper's time-only reward.
+        cost_weight: seconds of training time one USD of round cost is worth in the reward; 0 (the
+            default) is the paper's time-only reward.
         learning_rate: the scheduler's Adam step size (default 1e-3, or the checkpoint's).
         agent: other scheduler PPO settings (models/scheduling/agent.py AgentConfig).
-        i_max: the workload's largest actor count I_max (the scheduler's action space).
-        preset: a variant of the env's preset for the workload's unset parameters, e.g.
-            locomotion (Hopper-v5, HalfCheetah-v5: a J that needs forward motion); default the
-            env's own preset.
-        target_return: the workload's J; default the env's preset, else gymnasium's reward_threshold.
-        budget_usd: the workload's budget B per episode; default the env's preset.
-        max_rounds: the workload's round limit K per episode; default the env's preset.
-        fragment: env steps per actor per round; default the env's preset.
-        ppo: overrides of the workload's PPO settings, e.g. {"learning_rate": 0.002}.
-        local_workers: worker processes of the local backend; default one per core.
-        backend: where the episodes' actors run (local, dask, ...; default local). With a Dask
-            cluster (backend_options {"dask_address": ...}) and concurrency > 1, several episodes'
-            actors share the cluster while each episode's learner runs in this flow's process.
-        backend_options: that backend's options (tasks/backends.py).
-        eval_every: every this many rounds (and at the end) each episode's workload plays whole
-            deterministic episodes; default off.
-        eval_episodes: episodes of each of those evaluations (default 5).
-        stop_at_eval: judge J on those evaluations instead of R_k, so that a schedule of few
-            actors cannot reach J on one lucky episode; needs eval_every.
         seed: episode e trains the workload with seed + e (and samples actions with it).
         common_seeds: the episodes of a batch train the workload on one seed (seed + the batch's
             first episode), each sampling its schedule with its own seed (seed + e): common random
-            numbers, so that within a batch the rewards differ by the schedules and not by how
-            lucky each episode's seed was (on Hopper-v5 rounds to J vary 9-51 from seed to seed).
+            numbers, so that within a batch the rewards differ by the schedules and not by luck.
         tracking_uri: MLflow store; default MLFLOW_TRACKING_URI or ./mlruns/mlflow.db.
-        experiment: MLflow experiment of the parent run and its nested workload runs;
-            default minionsrl-scheduler/<env>.
+        experiment: MLflow experiment of the parent run and its nested workload runs; default
+            minionsrl-scheduler/<env>.
         checkpoint_dir: where scheduler and workload checkpoints go; default ./checkpoints.
     """
     prefect_patches.install()
-    logger = get_run_logger()
     if episodes < 1 or batch_episodes < 1 or not 1 <= concurrency <= MAX_CONCURRENCY:
-        raise ConfigError(f"episodes and batch_episodes must be >= 1 and concurrency in "
-                          f"[1, {MAX_CONCURRENCY}]")
-    overrides = dict(agent or {})
-    overrides["beta"] = beta
-    overrides["cost_weight"] = cost_weight
+        raise ConfigError(f"episodes and batch_episodes must be >= 1 and concurrency in [1, {MAX_CONCURRENCY}]")
+    overrides = {**(agent or {}), "beta": beta, "cost_weight": cost_weight}
     if learning_rate is not None:
         overrides["learning_rate"] = learning_rate
-    workload = SchedulerWorkload(env=env, i_max=i_max, preset=preset, target_return=target_return,
-                                 budget_usd=budget_usd, max_rounds=max_rounds, fragment=fragment, ppo=ppo,
-                                 local_workers=local_workers, backend=backend, backend_options=backend_options,
-                                 eval_every=eval_every, eval_episodes=eval_episodes, stop_at_eval=stop_at_eval)
-    workload = workload.with_target(scheduler_target(workload))
-    if workload.target_return != target_return:
-        logger.info("%s: J = %s (the preset's, else gymnasium's reward_threshold)", env, workload.target_return)
-    tracker = RunTracker(tracking_uri)
-    experiment = experiment or f"minionsrl-scheduler/{env}"
-    ckpt_root = Path(checkpoint_dir or project_root() / "checkpoints")
-
-    # -- the agent: fresh, from a checkpoint, or from a resumed run's last artifact ----------
-    done, meta = 0, SchedulerProvenance()
-    if resume_run_id:
-        tracker.start(experiment, "", params={}, run_id=resume_run_id)
-        with tempfile.TemporaryDirectory() as tmp:
-            try:
-                local = tracker.client.download_artifacts(resume_run_id, f"{ARTIFACT_DIR}/{ARTIFACT_NAME}", tmp)
-                sched_agent, _, meta = load_scheduler(local, overrides)
-            except Exception as exc:  # MlflowException, OSError, ConfigError
-                tracker.finish("FAILED")
-                raise ConfigError(f"run {resume_run_id} has no usable {ARTIFACT_DIR}/{ARTIFACT_NAME} to "
-                                  f"resume from (it stopped before its first update?): {exc}") from exc
-        done = meta.episodes_done
-        previous = meta.session(resume_run_id)
-        if previous is not None:  # the run's own workload and seeds; where actors run may change
-            workload, seed = previous.workload.placed(backend, backend_options, local_workers), previous.seed
-            previous.workload, common_seeds = workload, previous.common_seeds
-            env = previous.env
-        # the episodes' runs go where the first attempt's went, beside their parent
-        experiment = tracker.client.get_experiment(tracker.experiment_id).name
-        name_flow_run(f"train-scheduler-{env}-{episodes}ep-seed{seed}")
-        logger.info("resuming scheduler training run %s (%s) after %d episodes", resume_run_id, env, done)
-    else:
-        source = None
-        if init_from:
-            with tempfile.TemporaryDirectory() as tmp:  # an MLflow URI: from this flow's store
-                source = (fetch_scheduler_checkpoint(init_from, tracker.tracking_uri, tmp)
-                          if is_mlflow_uri(init_from) else resolve_checkpoint(init_from))
-                sched_agent, _, meta = load_scheduler(source, overrides)
-            if sched_agent.i_max != i_max:
-                raise ConfigError(f"{init_from} was trained for i_max={sched_agent.i_max}, not {i_max}")
-        else:
-            sched_agent = SchedulerAgent(i_max, AgentConfig().replace(overrides), seed=seed)
-        params = {"env": env, "episodes": episodes, "batch_episodes": batch_episodes,
-                  "concurrency": concurrency, "init_from": init_from, "seed": seed, "common_seeds": common_seeds,
-                  "agent": dataclasses.asdict(sched_agent.config), "workload": workload.to_json()}
-        tags = {"minionsrl.kind": "scheduler-training",
-                "minionsrl.scheduler_init": "finetune" if init_from else "scratch"}
-        tracker.start(experiment, f"scheduler__{env}__{'finetune' if init_from else 'scratch'}__{seed}__"
-                      f"{time.strftime('%Y%m%d-%H%M%S')}", params=params, tags=tags)
-        if source is not None:
-            meta.fine_tuned_from = str(init_from)
-    run_id = tracker.run_id
-    entry = meta.session(run_id)
-    if entry is None:
-        entry = TrainingSession(env=env, mlflow_run_id=run_id, seed=seed,
-                                mode="finetune" if init_from else "scratch", workload=workload,
-                                beta=beta, cost_weight=cost_weight, batch_episodes=batch_episodes,
-                                common_seeds=common_seeds)
-        meta.trained_on.append(entry)
-    work = ckpt_root / "schedulers" / run_id
-    ckpt = work / ARTIFACT_NAME
-    status, results = "FAILED", []
-    started = time.perf_counter()
-    wall_before = entry.wall_s
-    artifacts = EpisodeArtifacts(run_id, episodes, done, logger)  # Prefect: progress, episodes, summary
-    try:
-        while done < episodes:
-            batch = list(range(done, min(done + batch_episodes, episodes)))
-            save_scheduler(ckpt, sched_agent, meta=meta)  # what this batch's episodes load
-            summaries = []
-            for chunk_start in range(0, len(batch), concurrency):
-                futures = [scheduler_episode.submit(e, str(ckpt), workload, seed + (batch[0] if common_seeds else e),
-                                                    seed + e, run_id,
-                                                    tracker.tracking_uri, experiment,
-                                                    str(ckpt_root))
-                           for e in batch[chunk_start:chunk_start + concurrency]]
-                summaries += [f.result() for f in futures]
-            learn_from = []
-            for e, summary in zip(batch, summaries, strict=True):
-                rewards = rewards_from_summary(summary, sched_agent.config.beta, sched_agent.config.cost_weight)
-                learn_from.append(Episode.from_trace(summary.scheduler_trace, rewards))
-                record = SchedulerEpisodeRecord.from_summary(e, summary, rewards)
-                tracker.log_metrics(record.metrics(), step=e)
-                results.append(record)
-                logger.info("episode %d: reward %.2f, %s after %d rounds, time %.2fs, cost $%.5f, "
-                            "mean actors %.1f", e, record.reward, summary.stop_reason,
-                            summary.rounds, summary.time_to_stop_s, summary.cost_usd, record.actors_mean)
-            stats = sched_agent.update(learn_from)
-            done = batch[-1] + 1
-            entry.episodes += len(batch)
-            entry.wall_s = wall_before + time.perf_counter() - started
-            entry.billed_usd += sum(s.cost_usd for s in summaries)
-            tracker.log_metrics({**stats, "training/wall_s": entry.wall_s, "training/billed_usd": entry.billed_usd},
-                                step=batch[-1])
-            meta.episodes_done, meta.updates = done, sched_agent.updates
-            save_scheduler(ckpt, sched_agent, meta=meta)
-            tracker.log_artifact(ckpt, ARTIFACT_DIR)
-            artifacts.episodes_done(done, results[-1].reward if results else None, results)
-        artifacts.finished(env, results, sched_agent.updates, f"runs:/{run_id}/{ARTIFACT_DIR}/{ARTIFACT_NAME}", tracker)
+    workload, placement = workload or Workload(), placement or Placement()
+    if workload.i_max is None:
+        workload = workload.with_values(i_max=DEFAULT_I_MAX)
+    workload = workload.with_values(target_return=scheduler_target(workload, placement))
+    with tracked_run(tracking_uri) as tracker:
+        training = (resume_training(tracker, resume_run_id, overrides, placement, episodes) if resume_run_id
+                    else start_training(tracker, workload, placement, overrides, init_from, seed, common_seeds,
+                                        batch_episodes, experiment, episodes, concurrency))
+        training.checkpoint = Path(checkpoint_dir or project_root() / "checkpoints") / "schedulers" / str(
+            tracker.run_id) / ARTIFACT_NAME
+        result = play_episodes(training, tracker, episodes, batch_episodes, concurrency,
+                               str(training.checkpoint.parents[2]))
         if output:
             Path(output).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(ckpt, output)
-        status = "FINISHED"
-        return SchedulerTrainingResult(run_id=run_id, checkpoint=str(ckpt), output=output,
-                                       artifact_uri=f"runs:/{run_id}/{ARTIFACT_DIR}/{ARTIFACT_NAME}",
-                                       tracking_uri=tracker.tracking_uri, experiment=experiment,
-                                       episodes_done=done, updates=sched_agent.updates, episodes=results,
-                                       wall_s=entry.wall_s, billed_usd=entry.billed_usd)
+            shutil.copyfile(training.checkpoint, output)
+        return dataclasses.replace(result, output=output)
+
+
+def start_training(tracker: RunTracker, workload: Workload, placement: Placement, overrides: JSONObject,
+                   init_from: str | None, seed: int, common_seeds: bool, batch_episodes: int,
+                   experiment: str | None, episodes: int, concurrency: int) -> SchedulerTraining:
+    """A new training: a fresh agent or one fine-tuned from `init_from`; its MLflow parent run."""
+    meta = SchedulerProvenance()
+    if init_from:
+        with tempfile.TemporaryDirectory() as tmp:  # an MLflow URI: from this flow's store
+            source = (fetch_scheduler_checkpoint(init_from, tracker.tracking_uri, tmp)
+                      if is_mlflow_uri(init_from) else resolve_checkpoint(init_from))
+            agent, _, meta = load_scheduler(source, overrides)
+        if agent.i_max != workload.i_max:
+            raise ConfigError(f"{init_from} was trained for i_max={agent.i_max}, not {workload.i_max}")
+        meta.fine_tuned_from = str(init_from)
+    else:
+        agent = SchedulerAgent(int(workload.i_max or DEFAULT_I_MAX), AgentConfig().replace(overrides), seed=seed)
+    mode = "finetune" if init_from else "scratch"
+    experiment = experiment or f"minionsrl-scheduler/{workload.env}"
+    params = {"env": workload.env, "episodes": episodes, "batch_episodes": batch_episodes, "concurrency": concurrency,
+              "init_from": init_from, "seed": seed, "common_seeds": common_seeds,
+              "agent": dataclasses.asdict(agent.config), "workload": workload.to_json(),
+              "placement": placement.to_json()}
+    run_id = tracker.start(experiment, f"scheduler__{workload.env}__{mode}__{seed}", params=params,
+                           tags={"minionsrl.kind": "scheduler-training", "minionsrl.scheduler_init": mode})
+    entry = TrainingSession(env=workload.env, mlflow_run_id=run_id, seed=seed, mode=mode, workload=workload,
+                            placement=placement, beta=float(overrides["beta"]),
+                            cost_weight=float(overrides["cost_weight"]), batch_episodes=batch_episodes,
+                            common_seeds=common_seeds)
+    meta.trained_on.append(entry)
+    return SchedulerTraining(agent, meta, entry, 0, experiment, Path())
+
+
+def resume_training(tracker: RunTracker, run_id: str, overrides: JSONObject, placement: Placement,
+                    episodes: int) -> SchedulerTraining:
+    """A stopped training from its parent run's last checkpoint, with its own workload and seeds;
+    where its actors run may change (the placement's set fields)."""
+    tracker.resume(run_id)
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            local = tracker.client.download_artifacts(run_id, f"{ARTIFACT_DIR}/{ARTIFACT_NAME}", tmp)
+            agent, _, meta = load_scheduler(local, overrides)
+        except Exception as exc:  # MlflowException, OSError, ConfigError
+            raise ConfigError(f"run {run_id} has no usable {ARTIFACT_DIR}/{ARTIFACT_NAME} to resume from "
+                              f"(it stopped before its first update?): {exc}") from exc
+    entry = meta.session(run_id)
+    if entry is None:
+        raise ConfigError(f"the checkpoint of run {run_id} does not list that run in its trained_on")
+    entry.placement = placement.over(entry.placement)
+    # the episodes' runs go where the first attempt's went, beside their parent
+    experiment = tracker.client.get_experiment(tracker.experiment_id).name
+    name_flow_run(f"train-scheduler-{entry.env}-{episodes}ep-seed{entry.seed}")
+    get_run_logger().info("resuming scheduler training run %s (%s) after %d episodes", run_id, entry.env,
+                          meta.episodes_done)
+    return SchedulerTraining(agent, meta, entry, meta.episodes_done, experiment, Path())
+
+
+def play_episodes(training: SchedulerTraining, tracker: RunTracker, episodes: int, batch_episodes: int,
+                  concurrency: int, checkpoint_root: str) -> SchedulerTrainingResult:
+    """Batches of episodes, one PPO update of the scheduler after each, until `episodes` are done."""
+    logger, entry, run_id = get_run_logger(), training.entry, str(tracker.run_id)
+    results: list[SchedulerEpisodeRecord] = []
+    started, wall_before = time.perf_counter(), entry.wall_s
+    artifacts = EpisodeArtifacts(run_id, episodes, training.done, logger)  # Prefect: progress, episodes, summary
+    try:
+        while training.done < episodes:
+            batch = list(range(training.done, min(training.done + batch_episodes, episodes)))
+            save_scheduler(training.checkpoint, training.agent, meta=training.meta)  # what the batch loads
+            summaries = []
+            for chunk_start in range(0, len(batch), concurrency):
+                futures = [scheduler_episode.submit(e, str(training.checkpoint), entry.workload, entry.placement,
+                                                    *training.seeds(e, batch[0]), run_id, tracker.tracking_uri,
+                                                    training.experiment, checkpoint_root)
+                           for e in batch[chunk_start:chunk_start + concurrency]]
+                summaries += [f.result() for f in futures]
+            results += learn_from_batch(training, tracker, batch, summaries)
+            entry.wall_s = wall_before + time.perf_counter() - started
+            entry.billed_usd += sum(s.cost_usd for s in summaries)
+            tracker.log_metrics({"training/wall_s": entry.wall_s, "training/billed_usd": entry.billed_usd},
+                                step=batch[-1])
+            save_scheduler(training.checkpoint, training.agent, meta=training.meta)
+            tracker.log_artifact(training.checkpoint, ARTIFACT_DIR)
+            artifacts.episodes_done(training.done, results[-1].reward if results else None, results)
+        uri = f"runs:/{run_id}/{ARTIFACT_DIR}/{ARTIFACT_NAME}"
+        artifacts.finished(entry.env, results, training.agent.updates, uri, tracker)
     finally:
         artifacts.close()
-        tracker.finish(status)
+    return SchedulerTrainingResult(run_id=run_id, checkpoint=str(training.checkpoint), output=None, artifact_uri=uri,
+                                   tracking_uri=tracker.tracking_uri, experiment=training.experiment,
+                                   episodes_done=training.done, updates=training.agent.updates, episodes=results,
+                                   wall_s=entry.wall_s, billed_usd=entry.billed_usd)
 
 
-@flow(name="finetune-scheduler", flow_run_name="finetune-scheduler-{env}", persist_result=False, validate_parameters=True)
-def finetune_scheduler(
-    source: str = SHIPPED,
-    env: str = "Acrobot-v1",
-    episodes: int = 10,
-    batch_episodes: int = 2,
-    **options: Any,
-) -> SchedulerTrainingResult:
+def learn_from_batch(training: SchedulerTraining, tracker: RunTracker, batch: list[int],
+                     summaries: list[RunSummary]) -> list[SchedulerEpisodeRecord]:
+    """Each episode's rewards and record, then one PPO update of the scheduler on the batch."""
+    agent, records, learn_from = training.agent, [], []
+    for e, summary in zip(batch, summaries, strict=True):
+        rewards = rewards_from_summary(summary, agent.config.beta, agent.config.cost_weight)
+        learn_from.append(Episode.from_trace(summary.scheduler_trace, rewards))
+        record = SchedulerEpisodeRecord.from_summary(e, summary, rewards)
+        tracker.log_metrics(record.metrics(), step=e)
+        records.append(record)
+        get_run_logger().info("episode %d: reward %.2f, %s after %d rounds, time %.2fs, cost $%.5f, mean actors "
+                              "%.1f", e, record.reward, summary.stop_reason, summary.rounds, summary.time_to_stop_s,
+                              summary.cost_usd, record.actors_mean)
+    tracker.log_metrics(agent.update(learn_from), step=batch[-1])
+    training.done = batch[-1] + 1
+    training.entry.episodes += len(batch)
+    training.meta.episodes_done, training.meta.updates = training.done, agent.updates
+    return records
+
+
+@flow(name="finetune-scheduler", flow_run_name="finetune-scheduler", persist_result=False, validate_parameters=True)
+def finetune_scheduler(source: str = SHIPPED, workload: Workload | None = None, episodes: int = 10,
+                       batch_episodes: int = 2, **options: Any) -> SchedulerTrainingResult:
     """Fine-tune a saved scheduler (file path, packaged name or MLflow URI) on another workload.
 
     A `train-scheduler` subflow started from `source` (its init_from) for `episodes` more
     episodes (default 10, the paper's figure).
 
     Args:
-        source: the scheduler to start from: a file path, a packaged name (cartpole) or an
-            MLflow URI.
-        env: the workload to fine-tune on.
+        source: the scheduler to start from: a file path, a packaged name (cartpole) or an MLflow URI.
+        workload: the workload to fine-tune on (default Acrobot-v1).
         episodes: fine-tuning episodes (the paper: about 10).
         batch_episodes: episodes per PPO update of the scheduler.
-        options: any other train-scheduler parameter (output, beta, learning_rate, agent,
-            i_max, preset, target_return, budget_usd, max_rounds, fragment, ppo, local_workers,
-            backend, backend_options, eval_every, eval_episodes, stop_at_eval, seed, tracking_uri,
-            experiment, checkpoint_dir), validated by
-            that flow.
+        options: any other train-scheduler parameter (placement, output, beta, learning_rate, agent,
+            seed, common_seeds, tracking_uri, experiment, checkpoint_dir), validated by that flow.
     """
-    return train_scheduler(env=env, episodes=episodes, batch_episodes=batch_episodes, init_from=source,
-                           **options)
-
-
-# -- the command line (flows/experiments/cli.py shares the workload options) -----------------------
-
-CLI_WORKLOAD = (("i_max", int), ("preset", str), ("target_return", float), ("budget_usd", float), ("max_rounds", int),
-                ("fragment", int), ("ppo", json.loads), ("local_workers", int), ("backend", str),
-                ("backend_options", json.loads), ("eval_every", int), ("eval_episodes", int), ("stop_at_eval", bool),
-                ("tracking_uri", str))
-"""Options a command passes on to every `train` run it starts (and the MLflow store); --ppo and
---backend-options are JSON, e.g. '{"learning_rate": 0.001}', '{"dask_address": "tcp://host:8786"}';
---stop-at-eval is a switch."""
-
-WORKLOAD_HELP = {
-    "eval_every": "every run also plays whole deterministic episodes every this many rounds and at its end "
-                  "(eval/... in MLflow: the return and, on MuJoCo, how far the body moved); default off",
-    "eval_episodes": "episodes of each of those evaluations (default 5)",
-    "stop_at_eval": "judge J on those evaluations instead of R_k (the mean return of the episodes that ended "
-                    "in a round, a single episode at one actor); needs --eval-every",
-}
-
-
-def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
-    for name, kind in CLI_WORKLOAD:
-        flag = f"--{name.replace('_', '-')}"
-        if kind is bool:
-            parser.add_argument(flag, action="store_true", default=None, help=WORKLOAD_HELP.get(name))
-        else:
-            parser.add_argument(flag, type=kind, help=WORKLOAD_HELP.get(name))
-
-
-def workload_arguments(args: argparse.Namespace, *more: str) -> dict[str, Any]:
-    """The workload options (and the `more` named ones) that were given: an option left out
-    keeps the flow's default, or the env's preset."""
-    names = [name for name, _ in CLI_WORKLOAD] + list(more)
-    return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
+    return train_scheduler(workload=workload or Workload(env="Acrobot-v1"), episodes=episodes,
+                           batch_episodes=batch_episodes, init_from=source, **options)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Train or fine-tune the learned actor scheduler.")
-    parser.add_argument("command", choices=("train", "finetune"))
-    parser.add_argument("--env", help="default: CartPole-v1 (train), Acrobot-v1 (finetune)")
-    parser.add_argument("--source", default=SHIPPED, help="finetune: scheduler to start from")
-    parser.add_argument("--episodes", type=int, help="default: 60 (train), 10 (finetune)")
-    parser.add_argument("--batch-episodes", type=int, help="default: 4 (train), 2 (finetune)")
-    parser.add_argument("--concurrency", type=int, default=1)
-    parser.add_argument("--resume-run-id")
-    parser.add_argument("--out", help="copy the final checkpoint here")
-    parser.add_argument("--beta", type=float, default=0.1)
-    parser.add_argument("--cost-weight", type=float, default=0.0,
-                        help="seconds one USD of round cost is worth in the reward (0: time only, the paper's)")
-    parser.add_argument("--learning-rate", type=float)
-    parser.add_argument("--agent", type=json.loads,
-                        help='other scheduler PPO settings as JSON (AgentConfig), e.g. \'{"gae_lambda": 0.5}\'')
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--common-seeds", action="store_true",
-                        help="the episodes of a batch train the workload on one seed, each sampling its own "
-                             "schedule (common random numbers)")
-    parser.add_argument("--experiment")
-    parser.add_argument("--verbose", action="store_true", help="show every task run's and round's log lines too")
-    add_workload_arguments(parser)
-    args = parser.parse_args(argv)
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, fn in (("train", train_scheduler.fn), ("finetune", finetune_scheduler.fn)):
+        sub = commands.add_parser(name, description=(fn.__doc__ or "").split("\n", 1)[0])
+        flow_arguments(sub, fn, exclude=("options",))
+        if name == "finetune":  # its other options are train-scheduler's
+            flow_arguments(sub, train_scheduler.fn, exclude=("workload", "episodes", "batch_episodes", "init_from",
+                                                              "resume_run_id"))
+        sub.add_argument("--verbose", action="store_true", help="show every task run's and round's log lines too")
+    args = vars(parser.parse_args(argv))
     prefect_patches.install()
-    quiet_console(args.verbose)  # one line per episode and round; everything still reaches Prefect
-    options = {"concurrency": args.concurrency, "output": args.out, "beta": args.beta,
-               "cost_weight": args.cost_weight,
-               "learning_rate": args.learning_rate, "agent": args.agent, "seed": args.seed,
-               "common_seeds": args.common_seeds, "experiment": args.experiment,
-               **workload_arguments(args, "env", "episodes", "batch_episodes")}
+    quiet_console(args.pop("verbose"))  # one line per episode and round; everything still reaches Prefect
     with prefect_api():
-        if args.command == "train":
-            result = train_scheduler(resume_run_id=args.resume_run_id, **options)
+        if args.pop("command") == "train":
+            result = train_scheduler(**flow_call(args, train_scheduler.fn))
         else:
-            result = finetune_scheduler(source=args.source, **options)
+            own = flow_call(args, finetune_scheduler.fn)
+            more = flow_call(args, train_scheduler.fn)
+            result = finetune_scheduler(**own, **{k: v for k, v in more.items() if k not in own})
     for e in result.episodes:
         print(f"episode {e.episode:3d}: reward {e.reward:9.2f}  reached {e.target_reached!s:5}  "
               f"rounds {e.rounds:3d}  time {e.time_to_stop_s:7.2f}s  cost ${e.cost_usd:.5f}  "

@@ -7,10 +7,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from models.run.workload import Workload
 from models.scheduling.agent import Episode, SchedulerAgent
 from models.scheduling.features import RoundState, StateNormaliser
 from models.scheduling.learned import LearnedScheduler
-from models.scheduling.provenance import SchedulerWorkload, TrainingSession
+from models.scheduling.provenance import TrainingSession
 from models.scheduling.reward import episode_rewards
 
 
@@ -111,4 +112,4 @@ def some_states(n: int = 12) -> list[RoundState]:
 def trained_session(env: str, episodes: int = 0) -> TrainingSession:
     """A `trained_on` entry for a checkpoint made in a test."""
     return TrainingSession(env=env, mlflow_run_id="test", seed=0, mode="scratch",
-                           workload=SchedulerWorkload(env=env), beta=0.1, batch_episodes=1, episodes=episodes)
+                           workload=Workload(env=env), beta=0.1, batch_episodes=1, episodes=episodes)

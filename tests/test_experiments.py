@@ -15,10 +15,12 @@ from mlflow.tracking import MlflowClient
 
 from flows.experiments.results import ExperimentResult
 from models.errors import ConfigError
+from models.run.workload import Placement, Workload
 
 pytestmark = pytest.mark.e2e
 
-TINY = {"i_max": 4, "max_rounds": 2, "fragment": 128, "local_workers": 1}
+TINY = Workload(i_max=4, max_rounds=2, fragment=128)
+ONE_WORKER = Placement(local_workers=1)
 
 
 def test_transfer_end_to_end_on_a_workload_the_source_never_saw(prefect_api_url, mlflow_uri, tmp_path,
@@ -42,9 +44,9 @@ def test_transfer_end_to_end_on_a_workload_the_source_never_saw(prefect_api_url,
     source = f"runs:/{tracker.run_id}/{ARTIFACT_DIR}/{ARTIFACT_NAME}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'elsewhere.db'}")
 
-    result = scheduler_transfer(env="Acrobot-v1", source=source, finetune_episodes=1, batch_episodes=1,
-                                eval_seeds=[1000], tracking_uri=mlflow_uri,
-                                checkpoint_dir=str(tmp_path / "ckpt"), **TINY)
+    result = scheduler_transfer(workload=TINY.with_values(env="Acrobot-v1"), placement=ONE_WORKER, source=source,
+                                finetune_episodes=1, batch_episodes=1, eval_seeds=[1000], tracking_uri=mlflow_uri,
+                                checkpoint_dir=str(tmp_path / "ckpt"))
 
     rows = {r["scheduler"]: r for r in result.rows}
     assert set(rows) == {"finetuned", "scratch", "zero-shot"}
@@ -106,8 +108,8 @@ def test_compare_sweeps_fixed_counts_and_judges_the_learned_scheduler_against_th
                       .replace("actor_cores = 32", "actor_cores = 2"))
     # J=15: a fresh CartPole policy's episodes average about 20, so every run stops at round 0
     result = compare_schedulers(seeds=[0], learned=str(learned), baselines=["impact"], sweep=[1, 2],
-                                target_return=15.0, tracking_uri=mlflow_uri, prices_file=str(prices),
-                                checkpoint_dir=str(tmp_path / "ckpt"), **{**TINY, "i_max": 2})
+                                workload=TINY.with_values(i_max=2, target_return=15.0, prices_file=str(prices)),
+                                placement=ONE_WORKER, tracking_uri=mlflow_uri, checkpoint_dir=str(tmp_path / "ckpt"))
     rows = {r["scheduler"]: r for r in result.rows}
     # the server cluster's rows are its own runs (not another scheduler's re-priced)
     cluster = result.runs["server cluster"]
@@ -162,16 +164,20 @@ def test_compare_sweeps_fixed_counts_and_judges_the_learned_scheduler_against_th
 
 
 def test_experiments_refuse_unknown_workload_before_any_run(prefect_api_url, mlflow_uri):
+    from prefect.exceptions import ParameterTypeError
+
     from flows.experiments import compare_schedulers, scheduler_transfer
 
-    with pytest.raises(ConfigError, match="fragmnt"):
-        compare_schedulers(seeds=[0], fragmnt=128, tracking_uri=mlflow_uri)
+    with pytest.raises(ParameterTypeError, match="fragmnt"):  # a deployment's JSON with a typo
+        compare_schedulers(seeds=[0], workload={"env": "CartPole-v1", "fragmnt": 128}, tracking_uri=mlflow_uri)
     with pytest.raises(ConfigError, match="vector observations"):  # IMPACT's MLP: before any run
-        compare_schedulers(env="QbertNoFrameskip-v4", seeds=[0], baselines=["impact"], tracking_uri=mlflow_uri)
-    with pytest.raises(ConfigError, match="warm_actors"):  # scheduler training takes the workload only
-        scheduler_transfer(warm_actors=2, tracking_uri=mlflow_uri)
-    with pytest.raises(ConfigError, match="dask_adress"):  # the workload is checked before any episode
-        scheduler_transfer(backend="dask", backend_options={"dask_adress": "tcp://x:8786"}, tracking_uri=mlflow_uri)
+        compare_schedulers(workload=Workload(env="QbertNoFrameskip-v4"), seeds=[0], baselines=["impact"],
+                           tracking_uri=mlflow_uri)
+    with pytest.raises(ConfigError, match="fragment"):  # the workload is checked before any episode
+        scheduler_transfer(workload=Workload(env="Acrobot-v1", fragment=0), tracking_uri=mlflow_uri)
+    with pytest.raises(ConfigError, match="dask_adress"):  # where its actors run too
+        scheduler_transfer(placement=Placement(backend="dask", backend_options={"dask_adress": "tcp://x:8786"}),
+                           tracking_uri=mlflow_uri)
     client = MlflowClient(mlflow_uri)
     experiments = client.search_experiments()
     assert not experiments or client.search_runs([e.experiment_id for e in experiments]) == []
@@ -192,8 +198,8 @@ def test_a_resumed_compare_keeps_its_finished_runs_and_runs_only_the_rest(prefec
     prices.write_text(resources.files("models.data").joinpath("prices.toml").read_text()
                       .replace("actor_cores = 32", "actor_cores = 2"))
     args = dict(seeds=[0], learned=str(learned), more_learned={"again": str(learned)}, baselines=[], sweep=[1],
-                target_return=15.0, tracking_uri=mlflow_uri, prices_file=str(prices),
-                checkpoint_dir=str(tmp_path / "ckpt"), **{**TINY, "i_max": 2})
+                workload=TINY.with_values(i_max=2, target_return=15.0, prices_file=str(prices)),
+                placement=ONE_WORKER, tracking_uri=mlflow_uri, checkpoint_dir=str(tmp_path / "ckpt"))
     real_train, ran = common.train, []
     client = MlflowClient(mlflow_uri)
 
@@ -241,18 +247,19 @@ def test_a_resumed_compare_keeps_its_finished_runs_and_runs_only_the_rest(prefec
 
 
 @pytest.mark.parametrize(("argv", "expected"), [
-    (["transfer"], {"source": "cartpole-v9", "finetune_episodes": 10, "scratch_episodes": None,
-                    "eval_seeds": None, "experiment": None}),
+    (["transfer"], {}),
     (["transfer", "--env", "Acrobot-v1", "--finetune-episodes", "1", "--scratch-episodes", "2",
-      "--batch-episodes", "1", "--seeds", "1000", "1001", "--target-return", "-100", "--i-max", "4",
+      "--batch-episodes", "1", "--eval-seeds", "1000", "1001", "--target-return", "-100", "--i-max", "4",
       "--max-rounds", "2", "--fragment", "128", "--local-workers", "1", "--tracking-uri", "sqlite:///x.db",
       "--eval-every", "5", "--stop-at-eval"],
-     {"source": "cartpole-v9", "finetune_episodes": 1, "scratch_episodes": 2, "eval_seeds": [1000, 1001],
-      "experiment": None, "env": "Acrobot-v1", "batch_episodes": 1, "target_return": -100.0, "i_max": 4,
-      "max_rounds": 2, "fragment": 128, "local_workers": 1, "tracking_uri": "sqlite:///x.db",
-      "eval_every": 5, "stop_at_eval": True}),
+     {"finetune_episodes": 1, "scratch_episodes": 2, "eval_seeds": [1000, 1001], "batch_episodes": 1,
+      "tracking_uri": "sqlite:///x.db", "placement": Placement(local_workers=1),
+      "workload": Workload(env="Acrobot-v1", target_return=-100.0, i_max=4, max_rounds=2, fragment=128,
+                           eval_every=5, stop_at_eval=True)}),
 ])
 def test_transfer_command_line(monkeypatch, capsys, argv, expected):
+    """Options left out are not passed (the flow's defaults apply); a Workload's and a Placement's
+    fields come together as one of each."""
     from flows.experiments import cli
 
     seen = {}
@@ -261,11 +268,21 @@ def test_transfer_command_line(monkeypatch, capsys, argv, expected):
         seen.update(kwargs)
         return ExperimentResult("x", "runs:/x/plots/p.png", [{"scheduler": "finetuned"}])
 
-    monkeypatch.setattr(cli, "scheduler_transfer", fake_transfer)
+    monkeypatch.setitem(cli.FLOWS, "transfer", _FakeFlow(fake_transfer, cli.FLOWS["transfer"]))
     monkeypatch.setattr(cli, "prefect_api", contextlib.nullcontext)
     assert cli.main(argv) == 0
     assert seen == expected
     assert "runs:/x/plots/p.png" in capsys.readouterr().out
+
+
+class _FakeFlow:
+    """Stands in for a flow in the command line: called instead, with the real flow's signature."""
+
+    def __init__(self, call, real):
+        self.call, self.fn = call, real.fn
+
+    def __call__(self, **kwargs):
+        return self.call(**kwargs)
 
 
 def test_learned_spec_names_the_packaged_scheduler():
@@ -277,22 +294,19 @@ def test_learned_spec_names_the_packaged_scheduler():
     assert isinstance(make_scheduler(learned_spec(LEARNED), 32, 60, -100.0), LearnedScheduler)
 
 
-@pytest.mark.parametrize(("argv", "flow_name", "expected"), [
-    (["compare", "--seeds", "100", "101", "--i-max", "8"], "compare_schedulers",
-     {"seeds": [100, 101], "learned": "cartpole-v9", "more_learned": {}, "experiment": None, "i_max": 8,
-      "baselines": None, "sweep": None, "resume_run_id": None}),
+@pytest.mark.parametrize(("argv", "command", "expected"), [
+    (["compare", "--seeds", "100", "101", "--i-max", "8"], "compare",
+     {"seeds": [100, 101], "workload": Workload(i_max=8)}),
     (["compare", "--baselines", "max", "impact", "--sweep", "--more-learned", "scratch=s.pt", "zero-shot=cartpole-v2",
-      "--resume-run-id", "abc"], "compare_schedulers",
-     {"seeds": None, "learned": "cartpole-v9", "more_learned": {"scratch": "s.pt", "zero-shot": "cartpole-v2"},
-      "experiment": None, "baselines": ["max", "impact"], "sweep": [], "resume_run_id": "abc"}),
-    (["motivation", "--env", "Acrobot-v1", "--experiment-name", "m", "--eval-every", "1000"], "motivation",
-     {"seeds": None, "experiment": "m", "env": "Acrobot-v1", "resume_run_id": None, "eval_every": 1000}),
+      "--resume-run-id", "abc"], "compare",
+     {"more_learned": {"scratch": "s.pt", "zero-shot": "cartpole-v2"}, "baselines": ["max", "impact"], "sweep": [],
+      "resume_run_id": "abc"}),
+    (["motivation", "--env", "Acrobot-v1", "--experiment", "m", "--eval-every", "1000"], "motivation",
+     {"experiment": "m", "workload": Workload(env="Acrobot-v1", eval_every=1000)}),
     (["actors-curve", "--learned", "x.pt", "--ppo", '{"learning_rate": 0.001}', "--resume-run-id", "r1"],
-     "actors_curve",
-     {"seeds": None, "learned": "x.pt", "experiment": None, "ppo": {"learning_rate": 0.001},
-      "resume_run_id": "r1"}),
+     "actors-curve", {"learned": "x.pt", "workload": Workload(ppo={"learning_rate": 0.001}), "resume_run_id": "r1"}),
 ])
-def test_each_command_runs_its_flow(monkeypatch, capsys, argv, flow_name, expected):
+def test_each_command_runs_its_flow(monkeypatch, capsys, argv, command, expected):
     from flows.experiments import cli
 
     seen = {}
@@ -301,7 +315,7 @@ def test_each_command_runs_its_flow(monkeypatch, capsys, argv, flow_name, expect
         seen.update(kwargs)
         return ExperimentResult("y", "runs:/y/plots/p.png", [{"scheduler": "learned", "time_s_mean": 1.5}])
 
-    monkeypatch.setattr(cli, flow_name, fake)
+    monkeypatch.setitem(cli.FLOWS, command, _FakeFlow(fake, cli.FLOWS[command]))
     monkeypatch.setattr(cli, "prefect_api", contextlib.nullcontext)
     assert cli.main(argv) == 0
     assert seen == expected
@@ -309,9 +323,9 @@ def test_each_command_runs_its_flow(monkeypatch, capsys, argv, flow_name, expect
 
 
 @pytest.mark.parametrize(("argv", "says"), [
-    (["transfer", "--resume-run-id", "abc"], "transfer cannot be resumed as a whole"),
-    (["motivation", "--more-learned", "a=b.pt"], "--more-learned is for compare"),
-    (["compare", "--more-learned", "no-checkpoint"], "expected LABEL=CHECKPOINT"),
+    (["transfer", "--resume-run-id", "abc"], "unrecognized arguments: --resume-run-id"),
+    (["motivation", "--more-learned", "a=b.pt"], "unrecognized arguments: --more-learned"),
+    (["compare", "--more-learned", "no-checkpoint"], "expected KEY=VALUE"),
 ])
 def test_command_line_refuses_options_its_experiment_cannot_take(capsys, argv, says):
     from flows.experiments import cli
@@ -329,7 +343,8 @@ def test_help(capsys, command):
     with pytest.raises(SystemExit) as stop:
         cli.main(([command] if command else []) + ["--help"])
     assert stop.value.code == 0
-    assert "compare,motivation,actors-curve,transfer" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "compare,motivation,actors-curve,transfer" in out if command is None else "--target-return" in out
 
 
 @pytest.mark.parametrize(("entrypoint", "name"), [
@@ -353,7 +368,7 @@ def test_an_experiment_reads_unset_settings_from_the_env_preset(mlflow_uri):
     from models.run.presets import resolve_parameters
 
     preset = resolve_parameters({"env": "CartPole-v1", "tracking_uri": mlflow_uri, "checkpoint_dir": "c"})
-    with Experiment("probe", "CartPole-v1", {}, {"fragment": 128}, mlflow_uri, None, None) as exp:
+    with Experiment("probe", Workload(fragment=128), None, {}, mlflow_uri, None, None) as exp:
         assert exp.setting("i_max") == preset.i_max == 32  # not given: the preset's
         assert exp.setting("fragment") == 128  # given
         assert exp.setting("max_rounds") == preset.max_rounds
@@ -386,14 +401,14 @@ def test_motivation_and_actors_curve_return_their_tables_and_runs(prefect_api_ur
     from models.scheduling.learned import save_scheduler
 
     common = {"seeds": [0], "tracking_uri": mlflow_uri, "checkpoint_dir": str(tmp_path / "ckpt"),
-              "fragment": 128, "local_workers": 1}
-    mot = motivation(n=2, step=1, every=1, max_rounds=2, i_max=4, **common)
+              "placement": ONE_WORKER}
+    mot = motivation(n=2, step=1, every=1, workload=Workload(fragment=128, i_max=4, max_rounds=2), **common)
     assert isinstance(mot, MotivationResult)
     assert sorted(mot.runs) == sorted(r["scheduler"] for r in mot.rows) and len(mot.rows) == 3
     assert all(len(summaries) == 1 for summaries in mot.runs.values())
 
     learned = save_scheduler(tmp_path / "s.pt", SchedulerAgent(2, seed=3))
-    curve = actors_curve(learned=str(learned), max_rounds=3, i_max=2, **common)
+    curve = actors_curve(learned=str(learned), workload=Workload(fragment=128, max_rounds=3, i_max=2), **common)
     assert isinstance(curve, ActorsCurveResult)
     assert len(curve.rows) == 1 and len(curve.phases) == 3 and all(1 <= p <= 2 for p in curve.phases)
     client = MlflowClient(mlflow_uri)

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from models.errors import ConfigError
+from models.run.workload import Workload
 from models.scheduling.agent import Episode, SchedulerAgent
 from models.scheduling.features import RoundState, StateNormaliser
 from models.scheduling.learned import (
@@ -27,7 +28,7 @@ from models.scheduling.learned import (
     save_scheduler,
     shipped_checkpoint,
 )
-from models.scheduling.provenance import SchedulerProvenance, SchedulerWorkload, TrainingSession
+from models.scheduling.provenance import SchedulerProvenance, TrainingSession
 from models.scheduling.schedulers import make_scheduler
 from tests.scheduler_fixtures import SyntheticRounds, some_states, train_on, trained_session
 
@@ -289,7 +290,7 @@ def test_a_checkpoint_off_its_schema_is_refused_naming_the_file(tmp_path, change
 
 
 def test_the_provenance_must_be_json(tmp_path):
-    workload = SchedulerWorkload(env="CartPole-v1", ppo={"when": object()})
+    workload = Workload(env="CartPole-v1", ppo={"when": object()})
     session = TrainingSession("CartPole-v1", "run", 0, "scratch", workload, beta=0.1, batch_episodes=1)
     with pytest.raises(ConfigError, match="JSON"):
         save_scheduler(tmp_path / "s.pt", SchedulerAgent(4, seed=0), meta=SchedulerProvenance([session]))
@@ -342,7 +343,7 @@ def test_every_packaged_scheduler_loads_safely_and_has_its_card():
         assert card.exists(), f"{name}: no card next to the checkpoint"
     agent, _, meta = load_scheduler(resolve_checkpoint("cartpole-v2"))
     assert (agent.updates, agent.episodes_seen, meta.trained_on[0].episodes) == (25, 100, 100)
-    assert meta.trained_on[0].workload == SchedulerWorkload(env="CartPole-v1", i_max=32, target_return=475.0)
+    assert meta.trained_on[0].workload == Workload(env="CartPole-v1", i_max=32, target_return=475.0)
 
 
 def greedy_over_progress(name: str, returns=(25.0, 80.0, 140.0, 300.0, 380.0, 460.0)) -> list[int]:

@@ -12,11 +12,13 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
+from models.run.workload import Placement, Workload
 from models.scheduling.training import SchedulerTrainingResult
 
 pytestmark = pytest.mark.e2e
 
-TINY = {"env": "CartPole-v1", "i_max": 4, "max_rounds": 2, "fragment": 128, "local_workers": 1}
+TINY_WORK = Workload(env="CartPole-v1", i_max=4, max_rounds=2, fragment=128)
+TINY = {"workload": TINY_WORK, "placement": Placement(local_workers=1)}
 
 
 def test_train_scheduler_resume_and_train_with_it(prefect_api_url, mlflow_uri, tmp_path, monkeypatch):
@@ -89,7 +91,7 @@ def test_train_scheduler_resume_and_train_with_it(prefect_api_url, mlflow_uri, t
     from flows.train import train
 
     summary = train(scheduler=f"learned:{result.artifact_uri}", tracking_uri=mlflow_uri,
-                    checkpoint_dir=ckpt_dir, **{**TINY, "max_rounds": 1})
+                    checkpoint_dir=ckpt_dir, **TINY_WORK.with_values(max_rounds=1).for_ppo(), local_workers=1)
     assert summary.tracking_uri == mlflow_uri and summary.rounds == 1
     assert summary.scheduler_trace.mode == "greedy"
     tags = client.get_run(summary.run_id).data.tags
@@ -160,22 +162,21 @@ def test_scheduler_training_falls_back_to_gymnasiums_threshold(env, expected):
 
 
 @pytest.mark.parametrize(("argv", "flow_name", "expected"), [
-    (["train"], "train_scheduler",
-     {"resume_run_id": None, "concurrency": 1, "output": None, "beta": 0.1, "cost_weight": 0.0,
-      "learning_rate": None, "agent": None, "seed": 0, "common_seeds": False, "experiment": None}),
+    (["train"], "train_scheduler", {}),
     (["finetune", "--source", "runs:/abc/scheduler/scheduler.pt", "--env", "Acrobot-v1", "--episodes", "3",
       "--i-max", "8", "--preset", "locomotion", "--target-return", "-100", "--tracking-uri", "sqlite:///x.db", "--concurrency", "2",
       "--backend", "dask", "--backend-options", '{"dask_address": "tcp://10.0.0.5:8786"}', "--common-seeds",
       "--agent", '{"gae_lambda": 0.5}', "--eval-every", "2", "--eval-episodes", "3", "--stop-at-eval"],
      "finetune_scheduler",
-     {"source": "runs:/abc/scheduler/scheduler.pt", "concurrency": 2, "output": None, "beta": 0.1, "cost_weight": 0.0,
-      "learning_rate": None, "agent": {"gae_lambda": 0.5}, "seed": 0, "common_seeds": True, "experiment": None, "env": "Acrobot-v1", "episodes": 3, "i_max": 8,
-      "preset": "locomotion", "target_return": -100.0, "tracking_uri": "sqlite:///x.db", "backend": "dask",
-      "backend_options": {"dask_address": "tcp://10.0.0.5:8786"}, "eval_every": 2, "eval_episodes": 3,
-      "stop_at_eval": True}),
+     {"source": "runs:/abc/scheduler/scheduler.pt", "concurrency": 2, "agent": {"gae_lambda": 0.5},
+      "common_seeds": True, "episodes": 3, "tracking_uri": "sqlite:///x.db",
+      "workload": Workload(env="Acrobot-v1", i_max=8, preset="locomotion", target_return=-100.0, eval_every=2,
+                           eval_episodes=3, stop_at_eval=True),
+      "placement": Placement(backend="dask", backend_options={"dask_address": "tcp://10.0.0.5:8786"})}),
 ])
 def test_scheduler_command_line(monkeypatch, argv, flow_name, expected):
-    """Options left out reach the flows as their defaults (train: CartPole-v1, 60 episodes, ...)."""
+    """Options left out are not passed: the flows' defaults apply (train: CartPole-v1, 60 episodes,
+    ...); a Workload's and a Placement's fields come together as one of each."""
     import contextlib
 
     import flows.scheduler_flows as scheduler_flows
@@ -188,7 +189,13 @@ def test_scheduler_command_line(monkeypatch, argv, flow_name, expected):
                                        tracking_uri="sqlite:///x.db", experiment="e", episodes_done=0, updates=0,
                                        wall_s=0.0)
 
-    monkeypatch.setattr(scheduler_flows, flow_name, fake)
+    class FakeFlow:  # called instead of the flow, with its signature
+        fn = staticmethod(getattr(scheduler_flows, flow_name).fn)
+
+        def __call__(self, **kwargs):
+            return fake(**kwargs)
+
+    monkeypatch.setattr(scheduler_flows, flow_name, FakeFlow())
     monkeypatch.setattr(scheduler_flows, "prefect_api", contextlib.nullcontext)
     assert scheduler_flows.main(argv) == 0
     assert seen == expected
@@ -203,13 +210,14 @@ def test_a_scheduler_workload_can_judge_j_on_evaluations(prefect_api_url, mlflow
 
     client = MlflowClient(mlflow_uri)
     with pytest.raises(ConfigError, match="stop_at_eval judges J on the periodic evaluations"):
-        train_scheduler(episodes=1, batch_episodes=1, stop_at_eval=True, tracking_uri=mlflow_uri,
-                        checkpoint_dir=str(tmp_path), **TINY)
+        train_scheduler(episodes=1, batch_episodes=1, tracking_uri=mlflow_uri, checkpoint_dir=str(tmp_path),
+                        workload=TINY_WORK.with_values(stop_at_eval=True), placement=TINY["placement"])
     assert client.search_experiments(filter_string="name LIKE 'minionsrl-scheduler%'") == []
 
     # J=15: a fresh CartPole policy's deterministic episodes last about 10-40 steps
-    result = train_scheduler(episodes=1, batch_episodes=1, eval_every=1, eval_episodes=2, stop_at_eval=True,
-                             target_return=15.0, tracking_uri=mlflow_uri, checkpoint_dir=str(tmp_path), **TINY)
+    result = train_scheduler(episodes=1, batch_episodes=1, tracking_uri=mlflow_uri, checkpoint_dir=str(tmp_path),
+                             workload=TINY_WORK.with_values(eval_every=1, eval_episodes=2, stop_at_eval=True,
+                                                            target_return=15.0), placement=TINY["placement"])
     (episode,) = result.episodes
     run = client.get_run(episode.run_id)
     assert (run.data.params["stop_at_eval"], run.data.params["eval_every"]) == ("True", "1")
@@ -236,15 +244,16 @@ def test_common_seeds_give_a_batch_one_workload_seed_and_a_resume_keeps_its_env(
     from flows.scheduler_flows import train_scheduler
     from models.scheduling.learned import load_scheduler
 
-    ckpt, tiny = str(tmp_path / "ckpt"), {k: v for k, v in TINY.items() if k != "env"}
-    first = train_scheduler(env="Acrobot-v1", episodes=2, batch_episodes=2, seed=5, common_seeds=True,
-                            target_return=-100.0, tracking_uri=mlflow_uri, checkpoint_dir=ckpt, **tiny)
+    ckpt = str(tmp_path / "ckpt")
+    first = train_scheduler(episodes=2, batch_episodes=2, seed=5, common_seeds=True, tracking_uri=mlflow_uri,
+                            checkpoint_dir=ckpt, workload=TINY_WORK.with_values(env="Acrobot-v1", target_return=-100.0),
+                            placement=TINY["placement"])
     client = MlflowClient(mlflow_uri)
     params = [client.get_run(e.run_id).data.params for e in first.episodes]
     assert [(p["seed"], p["scheduler_seed"]) for p in params] == [("5", "5"), ("5", "6")]
 
     resumed = train_scheduler(episodes=4, batch_episodes=2, resume_run_id=first.run_id, tracking_uri=mlflow_uri,
-                              checkpoint_dir=ckpt, **tiny)
+                              checkpoint_dir=ckpt, placement=TINY["placement"])
     runs = [client.get_run(e.run_id) for e in resumed.episodes]
     assert [(r.data.params["env_id"], r.data.params["seed"], r.data.params["scheduler_seed"]) for r in runs] == [
         ("Acrobot-v1", "7", "7"), ("Acrobot-v1", "7", "8")]
@@ -264,11 +273,11 @@ def test_scheduler_episodes_run_concurrently_on_a_shared_dask_cluster(prefect_ap
     from flows.scheduler_flows import train_scheduler
     from models.scheduling.learned import load_scheduler
 
-    tiny = {k: v for k, v in TINY.items() if k != "local_workers"}
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
-        result = train_scheduler(episodes=2, batch_episodes=2, concurrency=2, backend="dask",
-                                 backend_options={"dask_address": cluster.scheduler_address},
-                                 tracking_uri=mlflow_uri, checkpoint_dir=str(tmp_path / "ckpt"), **tiny)
+        result = train_scheduler(episodes=2, batch_episodes=2, concurrency=2, workload=TINY_WORK,
+                                 placement=Placement(backend="dask",
+                                                     backend_options={"dask_address": cluster.scheduler_address}),
+                                 tracking_uri=mlflow_uri, checkpoint_dir=str(tmp_path / "ckpt"))
         assert result.episodes_done == 2 and result.updates == 1
         with Client(cluster) as dask:  # every actor of both episodes ran on this cluster
             executed = dask.run(lambda dask_worker: dask_worker.state.executed_count)
@@ -279,5 +288,5 @@ def test_scheduler_episodes_run_concurrently_on_a_shared_dask_cluster(prefect_ap
     first, second = sorted(runs, key=lambda r: r.info.start_time)
     assert second.info.start_time < first.info.end_time, "the batch's two episodes did not overlap"
     _, _, meta = load_scheduler(result.checkpoint)
-    assert meta.trained_on[0].workload.backend == "dask"
-    assert meta.trained_on[0].workload.backend_options == {"dask_address": cluster.scheduler_address}
+    assert meta.trained_on[0].placement.backend == "dask"
+    assert meta.trained_on[0].placement.backend_options == {"dask_address": cluster.scheduler_address}

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from models.errors import ConfigError
-from models.scheduling.provenance import SchedulerProvenance, SchedulerWorkload, TrainingSession
+from models.run.workload import Placement, Workload
+from models.scheduling.provenance import SchedulerProvenance, TrainingSession
 
 # The trained_on entry of models/data/schedulers/cartpole-v2.pt, written before the reward's
 # cost term and the workload's backend existed.
@@ -20,41 +21,48 @@ STORED = {"env": "CartPole-v1", "episodes": 100, "mlflow_run_id": "ef37", "seed"
 def test_an_older_entry_reads_with_the_time_only_reward_and_the_default_backend():
     meta = SchedulerProvenance.from_json({"trained_on": [STORED], "progress": {"episodes_done": 100, "updates": 25}})
     (session,) = meta.trained_on
-    assert (session.cost_weight, session.workload.backend, session.workload.backend_options) == (0.0, None, None)
+    assert (session.cost_weight, session.placement) == (0.0, Placement())  # its legacy local_workers: None
     assert session.workload.preset is None  # the env's own preset, as it was trained
     assert (meta.episodes_done, meta.updates, meta.episodes_total, meta.fine_tuned_from) == (100, 25, 100, None)
     assert meta.session("ef37") is session and meta.session("other") is None
 
 
 def test_the_provenance_round_trips_through_json():
-    workload = SchedulerWorkload(env="Hopper-v5", i_max=16, preset="locomotion", ppo={"learning_rate": 1e-4},
-                                 backend="dask", backend_options={"dask_address": "tcp://10.0.0.5:8786"})
+    workload = Workload(env="Hopper-v5", i_max=16, preset="locomotion", ppo={"learning_rate": 1e-4})
+    placement = Placement(backend="dask", backend_options={"dask_address": "tcp://10.0.0.5:8786"})
     sessions = [TrainingSession.from_json(STORED),
                 TrainingSession("Hopper-v5", "h1", 7, "finetune", workload, beta=0.05, batch_episodes=2,
-                                cost_weight=3000.0, episodes=10, wall_s=812.5)]
+                                cost_weight=3000.0, episodes=10, wall_s=812.5, placement=placement)]
     meta = SchedulerProvenance(sessions, fine_tuned_from="cartpole-v2", episodes_done=10, updates=5)
     again = SchedulerProvenance.from_json(json.loads(json.dumps(meta.to_json())))
     assert again == meta and again.episodes_total == 110
-    assert again.trained_on[1].workload.train_parameters()["preset"] == "locomotion"
+    assert again.trained_on[1].workload.for_ppo()["preset"] == "locomotion"
+    assert again.trained_on[1].placement == placement
+
+
+def test_an_entry_written_with_its_placement_inside_the_workload_reads_it_out():
+    legacy = {**STORED, "workload": {**STORED["workload"], "backend": "dask", "local_workers": 3,
+                                     "backend_options": {"dask_address": "tcp://h:8786"}}}
+    session = TrainingSession.from_json(legacy)
+    assert session.placement == Placement(backend="dask", backend_options={"dask_address": "tcp://h:8786"},
+                                          local_workers=3)
+    assert session.workload == Workload(env="CartPole-v1", i_max=32, target_return=475.0)
 
 
 def test_a_preset_variant_sets_the_workloads_target():
     from flows.scheduler_flows import scheduler_target
 
-    assert scheduler_target(SchedulerWorkload(env="Hopper-v5")) == 600.0  # the paper's J
-    assert scheduler_target(SchedulerWorkload(env="Hopper-v5", preset="locomotion")) == 2000.0
+    assert scheduler_target(Workload(env="Hopper-v5")) == 600.0  # the paper's J
+    assert scheduler_target(Workload(env="Hopper-v5", preset="locomotion")) == 2000.0
     with pytest.raises(ConfigError, match="preset"):
-        scheduler_target(SchedulerWorkload(env="Hopper-v5", preset="no-such-variant"))
+        scheduler_target(Workload(env="Hopper-v5", preset="no-such-variant"))
 
 
 def test_a_resumed_training_may_place_its_actors_elsewhere_and_learn_on_the_same_workload():
-    stored = SchedulerWorkload(env="CartPole-v1", i_max=32, target_return=475.0, fragment=512,
-                               backend="dask", backend_options={"dask_address": "tcp://old:8786"})
-    moved = stored.placed("dask", {"dask_address": "tcp://new:8786"}, None)
-    assert moved.backend_options == {"dask_address": "tcp://new:8786"}
-    assert (moved.env, moved.i_max, moved.target_return, moved.fragment) == ("CartPole-v1", 32, 475.0, 512)
-    assert stored.placed(None, None, None) == stored
-    assert moved.train_parameters()["fragment"] == 512 and "env" in moved.train_parameters()
+    stored = Placement(backend="dask", backend_options={"dask_address": "tcp://old:8786"}, local_workers=2)
+    moved = Placement(backend_options={"dask_address": "tcp://new:8786"}).over(stored)
+    assert moved == Placement(backend="dask", backend_options={"dask_address": "tcp://new:8786"}, local_workers=2)
+    assert Placement().over(stored) == stored
 
 
 @pytest.mark.parametrize(("data", "says"), [

@@ -5,26 +5,30 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import matplotlib.pyplot as plt
 from prefect import flow
+from prefect.runtime import flow_run as flow_run_context
 
 from flows.experiments.common import LEARNED, Experiment, actor_steps, learned_spec
 from flows.experiments.results import ActorsCurveResult
 from models.report.experiment_stats import mean_curve, mean_phases, phase_row, summary_record
+from models.run.workload import Placement, Workload, workload_env
 
 
-@flow(name="actors-curve", flow_run_name="actors-curve-{env}", persist_result=False, validate_parameters=True)
+def actors_curve_run_name() -> str:
+    return f"actors-curve-{workload_env(flow_run_context.parameters)}"
+
+
+@flow(name="actors-curve", flow_run_name=actors_curve_run_name, persist_result=False, validate_parameters=True)
 def actors_curve(
-    env: str = "CartPole-v1",
+    workload: Workload | None = None,
+    placement: Placement | None = None,
     seeds: list[int] | None = None,
     learned: str = LEARNED,
     tracking_uri: str | None = None,
     experiment: str | None = None,
     checkpoint_dir: str | None = None,
     resume_run_id: str | None = None,
-    **workload: Any,
 ) -> ActorsCurveResult:
     """I_k per round of the learned scheduler (greedy), with the return it drove.
 
@@ -33,7 +37,8 @@ def actors_curve(
     (models/report/experiment_stats.py `phase_shape`).
 
     Args:
-        env: the workload's gymnasium env id.
+        workload: what every run is asked to do (default CartPole-v1 with its preset).
+        placement: where the runs' actors run (default local).
         seeds: the seeds the learned scheduler runs on (default 0-4).
         learned: the learned scheduler: a file path, a packaged name (cartpole) or an MLflow URI.
         tracking_uri: MLflow store; default MLFLOW_TRACKING_URI or ./mlruns/mlflow.db.
@@ -43,10 +48,10 @@ def actors_curve(
         resume_run_id: the MLflow parent run of this experiment stopped before it finished
             (a crash, Ctrl-C): continue it with the same parameters; its finished runs are kept,
             not run again.
-        workload: `train` parameters of every run.
     """
     seeds = [0, 1, 2, 3, 4] if seeds is None else seeds
-    with Experiment("actors_curve", env, {"seeds": seeds, "learned": learned}, workload, tracking_uri,
+    workload = workload or Workload()
+    with Experiment("actors_curve", workload, placement, {"seeds": seeds, "learned": learned}, tracking_uri,
                     experiment, checkpoint_dir, resume_run_id) as exp:
         exp.plan(len(seeds))
         runs = [exp.train(learned_spec(learned), seed, "learned") for seed in seeds]
@@ -67,7 +72,7 @@ def actors_curve(
         ax_a.legend(fontsize=7)
         ax_r.set_xlabel("round k")
         ax_r.set_ylabel("mean episode return")
-        fig.suptitle(f"{env}: learned scheduler ({learned}); mean I over thirds of the run: "
+        fig.suptitle(f"{workload.env}: learned scheduler ({learned}); mean I over thirds of the run: "
                      f"{phase_means[0]:.1f} / {phase_means[1]:.1f} / {phase_means[2]:.1f}", fontsize=9)
         md = (f"Mean actors over the first/middle/last third of the runs: {phase_means[0]:.2f} / "
               f"{phase_means[1]:.2f} / {phase_means[2]:.2f}. Shapes: "

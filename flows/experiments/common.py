@@ -8,11 +8,9 @@ The statistics the flows publish are pure code in models/report/experiment_stats
 from __future__ import annotations
 
 import base64
-import inspect
 import json
 import logging
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -30,9 +28,10 @@ from prefect.artifacts import (
 from prefect.exceptions import MissingContextError
 
 from flows.artifacts import ArtifactPublisher
-from flows.tracking import RunTracker, flatten
+from flows.tracking import flatten, tracked_run
 from flows.train import train
 from models.impact.progress import ImpactSummary
+from models.json_types import JSONObject
 from models.report.experiment_resume import (
     IMPACT_SCHEDULER,
     FinishedRun,
@@ -51,8 +50,9 @@ from models.report.run_report import (
     table_due,
 )
 from models.run.config import ConfigError
-from models.run.presets import resolve_parameters
+from models.run.presets import resolve_run_config
 from models.run.session import RunSummary
+from models.run.workload import Placement, Workload
 from models.scheduling.learned import SHIPPED
 from tasks.worker_processes import ready_worker_server
 
@@ -60,11 +60,6 @@ DEFAULT_EXPERIMENT = "minionsrl-experiments"
 FINISHED_DIR = "finished_runs"
 """Artifact folder of an experiment's parent run: one models/report/experiment_resume.py record per finished run."""
 LEARNED = SHIPPED  # the packaged default CartPole-v1 scheduler (`learned` alone)
-SET_BY_EXPERIMENT = ("env", "scheduler", "seed", "tracking_uri", "experiment", "parent_run_id",
-                     "checkpoint_dir", "resume")
-"""`train` parameters an experiment sets itself; every other one may be given as workload."""
-TRAIN_DEFAULTS = {name: p.default for name, p in inspect.signature(train.fn).parameters.items()
-                  if name not in SET_BY_EXPERIMENT}
 
 
 def learned_spec(ref: str) -> str:
@@ -76,9 +71,8 @@ class Experiment:
     """The parent MLflow run of one experiment flow, the `train` runs nested under it, and where
     its plot and tables go. A context manager: the run ends FINISHED, or FAILED on an exception.
 
-    `workload` holds the `train` parameters every run of the experiment shares (i_max,
-    target_return, budget_usd, max_rounds, fragment, local_workers, ppo, ...; left out: the
-    env's preset); they are checked by name before the MLflow run starts.
+    `workload` is what every run of the experiment is asked to do (its unset fields: the env's
+    preset) and `placement` where their actors run; both are logged as the parent run's params.
 
     Once a flow says how many runs it plans (`plan`), the experiment's Prefect artifacts follow
     them: `minionsrl-experiment-progress-<run>` (runs done of N, the last one's result; 100 % at
@@ -86,24 +80,22 @@ class Experiment:
     RUN_TABLE_EVERY runs and at the end), published on a background thread as a training's are.
     """
 
-    def __init__(self, name: str, env: str, params: dict[str, Any], workload: dict[str, Any],
+    def __init__(self, name: str, workload: Workload, placement: Placement | None, params: JSONObject,
                  tracking_uri: str | None, experiment: str | None, checkpoint_dir: str | None,
                  resume_run_id: str | None = None):
-        unknown = sorted(set(workload) - set(TRAIN_DEFAULTS))
-        if unknown:
-            raise ConfigError(f"{name}: unknown train parameter(s) {unknown}; valid: {sorted(TRAIN_DEFAULTS)}")
-        self.name, self.env, self.workload, self.checkpoint_dir = name, env, dict(workload), checkpoint_dir
-        self.tracker = RunTracker(tracking_uri)
+        self.name, self.workload, self.placement = name, workload, placement or Placement()
+        self.env, self.checkpoint_dir = workload.env, checkpoint_dir
+        self.tracker = tracked_run(tracking_uri)
+        self.tracker.check_reachable()
         self.experiment = experiment or DEFAULT_EXPERIMENT
-        all_params = {"env": env, **params, **self.workload}
+        all_params = {"workload": workload.to_json(), "placement": self.placement.to_json(), **params}
         self._kept: dict[tuple[str, int], FinishedRun] = {}
         """Resumed: the runs the experiment finished before, by (label, seed), until they are reused."""
         if resume_run_id:
             self._kept = self._reopen(resume_run_id, all_params)
             self.run_id = resume_run_id
         else:
-            self.run_id = self.tracker.start(self.experiment, f"{name}__{time.strftime('%Y%m%d-%H%M%S')}",
-                                             params=all_params,
+            self.run_id = self.tracker.start(self.experiment, name, params=all_params,
                                              tags={"minionsrl.kind": "experiment", "minionsrl.experiment": name})
         self.runs: list[ExperimentRun] = []
         """The nested `train` runs finished so far, in order."""
@@ -124,7 +116,7 @@ class Experiment:
                     self._publish_progress(finished=True)
                 self._artifacts.close()
         finally:
-            self.tracker.finish("FAILED" if exc_type else "FINISHED")
+            self.tracker.__exit__(exc_type, exc, tb)
 
     def plan(self, runs: int) -> None:
         """The runs this experiment will make (its progress is runs done of these); publishing starts here.
@@ -148,27 +140,27 @@ class Experiment:
 
     def setting(self, name: str) -> Any:
         """A workload value as the runs get it: given, else the env's preset (a RunConfig field)."""
-        value = self.workload.get(name, TRAIN_DEFAULTS[name])
-        if value is not None:
-            return value
-        given = {k: v for k, v in self.workload.items() if v is not None}
-        cfg = resolve_parameters({**given, "env": self.env, "tracking_uri": self.tracker.tracking_uri,
-                                  "checkpoint_dir": self.checkpoint_dir or "checkpoints"})
+        given = getattr(self.workload, name, None)
+        if given is not None:
+            return given
+        cfg = resolve_run_config(self.workload, self.placement, scheduler="max",  # valid for any i_max
+                                 tracking_uri=self.tracker.tracking_uri, checkpoint_dir=self.checkpoint_dir or "c")
         return getattr(cfg, name)
 
-    def train(self, scheduler: str, seed: int, label: str | None = None,
-              workload: dict[str, Any] | None = None) -> RunSummary:
-        """A nested `train` run of this experiment's env and workload (or `workload` in its
-        place: compare's server-cluster runs); `label`: its name in the experiment's tables
-        (default the scheduler). A resumed experiment returns the run it finished before."""
+    def train(self, scheduler: str, seed: int, label: str | None = None, workload: Workload | None = None,
+              placement: Placement | None = None, **run: object) -> RunSummary:
+        """A nested `train` run of this experiment's workload (or `workload`, `placement` and `run`'s
+        other train parameters in its place: compare's server-cluster runs); `label`: its name in
+        the experiment's tables (default the scheduler). A resumed experiment returns the run it
+        finished before."""
         label = label or scheduler
         kept = self._take_kept(label, seed, scheduler)
         if kept is not None and kept.summary is not None:
             summary = kept.summary
         else:
-            summary = train(env=self.env, scheduler=scheduler, seed=seed, tracking_uri=self.tracker.tracking_uri,
-                            experiment=self.experiment, parent_run_id=self.run_id,
-                            checkpoint_dir=self.checkpoint_dir, **(self.workload if workload is None else workload))
+            summary = train(scheduler=scheduler, seed=seed, tracking_uri=self.tracker.tracking_uri,
+                            experiment=self.experiment, parent_run_id=self.run_id, checkpoint_dir=self.checkpoint_dir,
+                            **(workload or self.workload).for_ppo(), **(placement or self.placement).given(), **run)
             self._keep(FinishedRun(label, seed, scheduler, summary=summary))
         self.runs.append(ExperimentRun(label, summary))
         self.count_done(1, experiment_run_result(self.runs[-1]))
@@ -176,12 +168,13 @@ class Experiment:
             self._publish_runs()
         return summary
 
-    def impact_config(self, seed: int) -> dict[str, str | int | float | None]:
-        """The `impact` flow's parameters for this experiment's env at `seed`: the same J and
-        price table as its `train` runs, nested under its parent run; validated by the caller
-        (flows/impact.py prepare_impact) before any run starts."""
-        return {"env": self.env, "seed": seed, "target_return": float(self.setting("target_return")),
-                "prices_file": self.workload.get("prices_file"), "tracking_uri": self.tracker.tracking_uri,
+    def impact_parameters(self, seed: int) -> JSONObject:
+        """The `impact` flow's parameters for this experiment's workload at `seed`: the same J and
+        price table as its `train` runs (the PPO preset's J, which IMPACT's own preset may not
+        share), nested under its parent run; validated by the caller (flows/impact.py
+        prepare_impact) before any run starts."""
+        return {**self.workload.for_impact(), "seed": seed, "target_return": float(self.setting("target_return")),
+                "learner_device": self.placement.learner_device, "tracking_uri": self.tracker.tracking_uri,
                 "experiment": self.experiment, "parent_run_id": self.run_id}
 
     def impact(self, seed: int) -> ImpactSummary:
@@ -192,7 +185,7 @@ class Experiment:
         if kept is not None and kept.impact is not None:
             summary = kept.impact
         else:
-            summary = impact(**self.impact_config(seed))
+            summary = impact(**self.impact_parameters(seed))
             self._keep(FinishedRun(IMPACT_SCHEDULER, seed, IMPACT_SCHEDULER, impact=summary))
         stop = "J reached" if summary.target_reached else summary.stop_reason
         self.count_done(1, f"impact seed {seed}: {stop} after {summary.env_steps} env steps "
@@ -200,7 +193,7 @@ class Experiment:
         return summary
 
     # -- resuming ------------------------------------------------------------------------
-    def _reopen(self, run_id: str, params: dict[str, Any]) -> dict[tuple[str, int], FinishedRun]:
+    def _reopen(self, run_id: str, params: JSONObject) -> dict[tuple[str, int], FinishedRun]:
         """Reopen the parent run `run_id` of this same experiment and read the runs it finished;
         a run that was in flight when it stopped is marked FAILED. Refused (ConfigError, before
         any run) if it is another experiment or its parameters differ."""
@@ -226,7 +219,7 @@ class Experiment:
                 for path in sorted(local.glob("*.mrlw")):
                     done = decode_finished(path.read_bytes(), f"{FINISHED_DIR}/{path.name} of run {run_id}")
                     kept[(done.label, done.seed)] = done
-        self.tracker.start(self.experiment, "", params={}, run_id=run_id)
+        self.tracker.resume(run_id)
         self._fail_runs_in_flight(run.info.experiment_id, run_id)
         _run_logger(self.name).info("resuming %s run %s: %d finished runs kept", self.name, run_id, len(kept))
         return kept
@@ -266,8 +259,7 @@ class Experiment:
             self._artifacts.table("experiment-runs", experiment_run_rows(self.runs),
                                   f"{self.name}: the {self._tabled} runs finished so far")
 
-    def publish(self, fig, rows: Sequence[TableRow], summary_md: str,
-                results: dict[str, Any]) -> str:
+    def publish(self, fig, rows: Sequence[TableRow], summary_md: str, results: JSONObject) -> str:
         """The plot (MLflow + Prefect), the table (Prefect), results.json (MLflow: the table's
         rows, then `results`); returns the plot's MLflow URI."""
         key = self.name.replace("_", "-").lower()

@@ -7,15 +7,17 @@ and vs the best Fixed(N) in hindsight (a sweep of N, same seeds).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from dataclasses import dataclass, field
 
 import matplotlib.pyplot as plt
 from prefect import flow, get_run_logger
+from prefect.runtime import flow_run as flow_run_context
 
 from flows.experiments.common import LEARNED, Experiment, actor_steps, bars, learned_spec
 from flows.experiments.results import CompareResult
 from flows.impact import prepare_impact
 from models.billing.cost import PriceTable
+from models.errors import ConfigError
 from models.impact.progress import ImpactSummary
 from models.report.experiment_stats import (
     FIXED_SWEEP,
@@ -31,42 +33,51 @@ from models.report.experiment_stats import (
     same_schedule_as,
     stripped,
 )
-from models.run.config import SYSTEM_CLUSTER, ConfigError
+from models.run.config import SYSTEM_CLUSTER
 from models.run.session import RunSummary
+from models.run.workload import Placement, Workload, workload_env
+
+CLUSTER_BUDGET_USD = 1e6
+"""The cluster baseline is priced, not held to B (its start-up alone exceeds CartPole's B)."""
 
 
-@flow(name="compare-schedulers", flow_run_name="compare-{env}", persist_result=False, validate_parameters=True)
+@dataclass
+class CompareRuns:
+    """What a compare ran: each row's scheduler spec and its summaries, one per seed."""
+
+    specs: dict[str, str]
+    runs: dict[str, list[RunSummary]] = field(default_factory=dict)
+    cluster: list[RunSummary] = field(default_factory=list)
+    impact: list[ImpactSummary] = field(default_factory=list)
+    same_as_max: str | None = None
+    """Max is Fixed(i_max): its runs stand for that count of the sweep, run once."""
+    with_impact: bool = False
+
+
+def compare_run_name() -> str:
+    return f"compare-{workload_env(flow_run_context.parameters)}"
+
+
+@flow(name="compare-schedulers", flow_run_name=compare_run_name, persist_result=False, validate_parameters=True)
 def compare_schedulers(
-    env: str = "CartPole-v1",
-    seeds: list[int] | None = None,
-    learned: str = LEARNED,
-    more_learned: dict[str, str] | None = None,
-    baselines: list[str] | None = None,
-    sweep: list[int] | None = None,
-    tracking_uri: str | None = None,
-    experiment: str | None = None,
-    checkpoint_dir: str | None = None,
-    resume_run_id: str | None = None,
-    **workload: Any,
+    workload: Workload | None = None, placement: Placement | None = None, seeds: list[int] | None = None,
+    learned: str = LEARNED, more_learned: dict[str, str] | None = None, baselines: list[str] | None = None,
+    sweep: list[int] | None = None, tracking_uri: str | None = None, experiment: str | None = None,
+    checkpoint_dir: str | None = None, resume_run_id: str | None = None,
 ) -> CompareResult:
     """Time (sum of P_k) and cost to J for the learned scheduler, Max, Adapt, the server-based
     fixed cluster and IMPACT, mean and std over seeds (the paper's Table 2; BENCHMARKS.md).
 
     IMPACT (the `impact` flow, nested) has no rounds: its time is its wall time, and it is billed
-    as the server cluster it needs (with and without start-up); every row also carries its wall
-    time on this machine (wall_s_mean).
-
-    The server-based rows are real `system=server-cluster` runs on the same seeds: the price
-    table's cluster (its actor_cores, 32 packaged, every round, on worker processes started
-    once), billed for its wall time with its start-up (summary `server_cluster_cost_usd`) and
-    without it (`server_cluster_cost_no_startup_usd`). They are not held to B: the cluster's
-    start-up alone ($0.59 packaged) exceeds CartPole's B.
-    `sweep`: the N of the Fixed(N) runs (default 1, 2, 4, 8, 16, 32, up to i_max; [] for none);
-    the best of them in hindsight (cheapest that reached J on every seed) is a row of its own,
-    and the learned scheduler is judged against it: cost within 5% at no more time.
+    as the server cluster it needs (with and without start-up). The server-based rows are real
+    `system=server-cluster` runs on the same seeds (the price table's cluster, its actor_cores
+    every round), billed for their wall time with and without the cluster's start-up, not held
+    to B. The best Fixed(N) of the sweep in hindsight (cheapest that reached J on every seed) is a
+    row of its own, and each learned scheduler is judged against it: cost within 5% at no more time.
 
     Args:
-        env: the workload's gymnasium env id.
+        workload: what every run is asked to do (default CartPole-v1 with its preset).
+        placement: where the runs' actors run (default local).
         seeds: the seeds every scheduler runs on (default 0-4).
         learned: the learned scheduler: a file path, a packaged name (cartpole) or an MLflow URI.
         more_learned: other learned schedulers, each a row of its own judged as `learned` is:
@@ -75,112 +86,129 @@ def compare_schedulers(
             impact for the IMPACT baseline (flows/impact.py, its preset for env, the same J).
         sweep: the N of the Fixed(N) runs (default 1, 2, 4, 8, 16, 32 up to i_max; [] for none).
         tracking_uri: MLflow store; default MLFLOW_TRACKING_URI or ./mlruns/mlflow.db.
-        experiment: MLflow experiment of the parent run and its nested runs; default
-            minionsrl-experiments.
+        experiment: MLflow experiment of the parent run and its nested runs; default minionsrl-experiments.
         checkpoint_dir: where the runs' checkpoints go; default ./checkpoints.
         resume_run_id: the MLflow parent run of a compare stopped before it finished: continue it
             with the same parameters; its finished runs are kept, not run again.
-        workload: `train` parameters of every run (i_max, target_return, budget_usd, ...).
     """
-    logger = get_run_logger()
+    workload = workload or Workload()
     seeds = [0, 1, 2, 3, 4] if seeds is None else seeds
     baselines = ["max", "adapt", "impact"] if baselines is None else baselines
-    with_impact = "impact" in baselines
     more_learned = dict(more_learned or {})
-    reserved = {"learned", *baselines, "server cluster"}
-    clash = sorted(label for label in more_learned if label in reserved or label.startswith("fixed:"))
+    clash = sorted(label for label in more_learned
+                   if label in {"learned", *baselines, "server cluster"} or label.startswith("fixed:"))
     if clash:
         raise ConfigError(f"more_learned labels {clash} are taken by other rows; choose other labels")
-    if with_impact:  # bad IMPACT input (an image env, a price file) is refused before any run
+    if "impact" in baselines:  # bad IMPACT input (an image env, a price file) is refused before any run
         for seed in seeds:
-            prepare_impact({k: v for k, v in {"env": env, "seed": seed,
-                                              "prices_file": workload.get("prices_file")}.items() if v is not None})
+            prepare_impact({**workload.for_impact(), "seed": seed})
     params = {"seeds": seeds, "learned": learned, "more_learned": more_learned, "baselines": baselines,
               "sweep": sweep}
-    with Experiment("compare_schedulers", env, params, workload, tracking_uri, experiment, checkpoint_dir,
+    with Experiment("compare_schedulers", workload, placement, params, tracking_uri, experiment, checkpoint_dir,
                     resume_run_id) as exp:
-        i_max = exp.setting("i_max")
-        cluster = cluster_workload(exp)
-        specs = {"learned": learned_spec(learned)}
-        specs.update({label: learned_spec(ref) for label, ref in more_learned.items()})
-        specs.update({b: b for b in baselines if b != "impact"})
-        sweep_specs = fixed_sweep(i_max, FIXED_SWEEP if sweep is None else sweep)
-        # Max is Fixed(i_max): its runs stand for that count of the sweep, run once
-        same_as_max = f"fixed:{i_max}" if "max" in specs and f"fixed:{i_max}" in sweep_specs else None
-        for spec in sweep_specs:
-            if spec != same_as_max:
-                specs.setdefault(spec, spec)
-        runs: dict[str, list[RunSummary]] = {label: [] for label in specs}
-        cluster_runs: list[RunSummary] = []
-        impact_runs: list[ImpactSummary] = []
-        exp.plan(len(seeds) * (len(specs) + 1 + with_impact))  # + the server cluster's (and IMPACT's) run per seed
-        for seed in seeds:
-            for label, spec in specs.items():
-                s = exp.train(spec, seed, label)
-                runs[label].append(s)
-                logger.info("%s seed %d: %s in %d rounds, time %.2fs, cost $%.5f", label, seed,
-                            s.stop_reason, s.rounds, s.time_to_stop_s, s.cost_usd)
-            cluster_runs.append(exp.train(f"fixed:{cluster['i_max']}", seed, "server cluster", workload=cluster))
-            if with_impact:
-                impact_runs.append(exp.impact(seed))
-        if same_as_max:
-            runs[same_as_max] = runs["max"]
-            specs[same_as_max] = same_as_max
-        rows = [aggregate(label, runs[label]) for label in specs]
-        rows.append(aggregate("server cluster", cluster_runs, cost_key="server_cluster_cost_usd"))
-        # the cluster's start-up is an assumed price-table value: report the cluster without it too
-        rows.append(aggregate("server cluster without start-up", cluster_runs,
-                              cost_key="server_cluster_cost_no_startup_usd"))
-        rows = [r.with_columns(wall_s_mean=mean_std(
-            [s.wall_time_s for s in (cluster_runs if r.label.startswith("server cluster") else runs[r.label])])[0])
-            for r in rows]
-        if with_impact:  # its time is its wall time: IMPACT has no rounds, so no P_k
-            impact_actors = prepare_impact(exp.impact_config(seeds[0])).impact.actors
-            for label, key in (("impact", "server_cluster_cost_usd"),
-                               ("impact without start-up", "server_cluster_cost_no_startup_usd")):
-                row = aggregate_impact(label, impact_runs, impact_actors, cost_key=key)
-                rows.append(row.with_columns(wall_s_mean=row.time_s_mean))
-        best = best_fixed(rows)
-        if best is not None:
-            rows.append(dataclasses.replace(best, label=f"best fixed ({best.label})"))
-        by = {r.label: r for r in rows}
-        metrics = row_metrics(rows, ("time_s_mean", "time_s_std", "cost_usd_mean", "cost_usd_std"))
-        metrics.update({f"{metric_label(r.label)}/reached_frac": r.reached_frac for r in rows})
-        checks = {}
-        for label in ("learned", *more_learned):
-            judged_metrics, judged_checks = judge_learned(label, by, best)
-            metrics.update(judged_metrics)
-            checks.update(judged_checks)
-        # a learned scheduler that is a constant Fixed(N): its gap to that row is the machine's noise
-        twins = {label: same_schedule_as(runs[label], runs) for label in ("learned", *more_learned)}
-        twins = {label: fixed for label, fixed in twins.items() if fixed is not None}
-        for label, fixed in twins.items():
-            logger.info("%s chose the same actors in every round as %s on every seed", label, fixed)
-        exp.tracker.log_metrics(metrics, step=0)
+        done = run_compare(exp, seeds, plan_specs(exp, learned, more_learned, baselines, sweep))
+        rows = table_rows(done, prepare_impact(exp.impact_parameters(seeds[0])).impact.actors if done.impact else 0)
+        return publish_compare(exp, done, rows, ("learned", *more_learned), seeds)
 
-        fig, (ax_t, ax_c, ax_a) = plt.subplots(1, 3, figsize=(16, 4))
-        bars(ax_t, rows, "time_s", "time to stop, sum of P_k (s)")
-        bars(ax_c, rows, "cost_usd", "cost (USD)")
-        ax_c.set_yscale("log")
-        learned_schedules(ax_a, {label: runs[label] for label in ("learned", *more_learned)}, i_max)
-        fig.suptitle(f"{env}: schedulers over seeds {seeds} (mean ± std; reached J: "
-                     + ", ".join(f"{r.label} {r.reached}/{r.runs}" for r in rows) + ")",
-                     fontsize=9)
-        md = ("Time is the sum of P_k (one core per actor), except IMPACT's, which is its wall time "
-              "(it has no rounds); wall_s_mean is every row's wall time on this machine. Serverless "
-              "cost bills execution seconds (actors, learner on its own device, start-up); the server "
-              "cluster, and IMPACT on it, are billed for all wall time, shown with and without the "
-              "cluster's assumed start-up.\n\n"
-              + "\n".join(f"- {k}: {'yes' if v else 'no'}" for k, v in checks.items())
-              + "".join(f"\n- {label} chose the same actors in every round as {fixed} on every seed: "
-                        "the same training, so their cost and time differ only by this machine's noise"
-                        for label, fixed in twins.items()))
-        runs["server cluster"] = cluster_runs
-        results = {"metrics": metrics, "checks": checks, "same_schedule_as": twins, "runs": stripped(runs),
-                   "impact_runs": [dataclasses.asdict(s) for s in impact_runs]}
-        plot = exp.publish(fig, rows, md, results)
-        return CompareResult(exp.run_id, plot, [r.as_dict() for r in rows], metrics, checks, twins, runs,
-                             impact_runs)
+
+def plan_specs(exp: Experiment, learned: str, more_learned: dict[str, str], baselines: list[str],
+               sweep: list[int] | None) -> CompareRuns:
+    """Each row's scheduler: the learned ones, the baselines, the Fixed(N) sweep (Max's count once)."""
+    i_max = exp.setting("i_max")
+    specs = {"learned": learned_spec(learned)}
+    specs.update({label: learned_spec(ref) for label, ref in more_learned.items()})
+    specs.update({b: b for b in baselines if b != "impact"})
+    sweep_specs = fixed_sweep(i_max, FIXED_SWEEP if sweep is None else sweep)
+    same_as_max = f"fixed:{i_max}" if "max" in specs and f"fixed:{i_max}" in sweep_specs else None
+    for spec in sweep_specs:
+        if spec != same_as_max:
+            specs.setdefault(spec, spec)
+    return CompareRuns(specs, same_as_max=same_as_max, with_impact="impact" in baselines)
+
+
+def run_compare(exp: Experiment, seeds: list[int], done: CompareRuns) -> CompareRuns:
+    """Every row on every seed, then the server cluster's run and IMPACT's."""
+    logger = get_run_logger()
+    with_impact = done.with_impact
+    done.runs = {label: [] for label in done.specs}
+    cluster, cluster_placement = cluster_workload(exp)
+    exp.plan(len(seeds) * (len(done.specs) + 1 + with_impact))  # + the server cluster's (and IMPACT's) run per seed
+    for seed in seeds:
+        for label, spec in done.specs.items():
+            s = exp.train(spec, seed, label)
+            done.runs[label].append(s)
+            logger.info("%s seed %d: %s in %d rounds, time %.2fs, cost $%.5f", label, seed,
+                        s.stop_reason, s.rounds, s.time_to_stop_s, s.cost_usd)
+        done.cluster.append(exp.train(f"fixed:{cluster.i_max}", seed, "server cluster", workload=cluster,
+                                      placement=cluster_placement, system=SYSTEM_CLUSTER))
+        if with_impact:
+            done.impact.append(exp.impact(seed))
+    if done.same_as_max:
+        done.runs[done.same_as_max] = done.runs["max"]
+        done.specs[done.same_as_max] = done.same_as_max
+    return done
+
+
+def table_rows(done: CompareRuns, impact_actors: int) -> list[AggregateRow]:
+    """One row per scheduler, the server cluster with and without start-up, IMPACT, the best fixed."""
+    rows = [aggregate(label, done.runs[label]) for label in done.specs]
+    rows.append(aggregate("server cluster", done.cluster, cost_key="server_cluster_cost_usd"))
+    # the cluster's start-up is an assumed price-table value: report the cluster without it too
+    rows.append(aggregate("server cluster without start-up", done.cluster,
+                          cost_key="server_cluster_cost_no_startup_usd"))
+    rows = [r.with_columns(wall_s_mean=mean_std(
+        [s.wall_time_s for s in (done.cluster if r.label.startswith("server cluster") else done.runs[r.label])])[0])
+        for r in rows]
+    if done.impact:  # its time is its wall time: IMPACT has no rounds, so no P_k
+        for label, key in (("impact", "server_cluster_cost_usd"),
+                           ("impact without start-up", "server_cluster_cost_no_startup_usd")):
+            row = aggregate_impact(label, done.impact, impact_actors, cost_key=key)
+            rows.append(row.with_columns(wall_s_mean=row.time_s_mean))
+    best = best_fixed(rows)
+    if best is not None:
+        rows.append(dataclasses.replace(best, label=f"best fixed ({best.label})"))
+    return rows
+
+
+def publish_compare(exp: Experiment, done: CompareRuns, rows: list[AggregateRow], learned_labels: tuple[str, ...],
+                    seeds: list[int]) -> CompareResult:
+    """The judged figures as metrics, the plot, the table and results.json."""
+    by = {r.label: r for r in rows}
+    best = best_fixed([r for r in rows if not r.label.startswith("best fixed (")])
+    metrics = row_metrics(rows, ("time_s_mean", "time_s_std", "cost_usd_mean", "cost_usd_std"))
+    metrics.update({f"{metric_label(r.label)}/reached_frac": r.reached_frac for r in rows})
+    checks = {}
+    for label in learned_labels:
+        judged_metrics, judged_checks = judge_learned(label, by, best)
+        metrics.update(judged_metrics)
+        checks.update(judged_checks)
+    # a learned scheduler that is a constant Fixed(N): its gap to that row is the machine's noise
+    twins = {label: same_schedule_as(done.runs[label], done.runs) for label in learned_labels}
+    twins = {label: fixed for label, fixed in twins.items() if fixed is not None}
+    for label, fixed in twins.items():
+        get_run_logger().info("%s chose the same actors in every round as %s on every seed", label, fixed)
+    exp.tracker.log_metrics(metrics, step=0)
+    fig, (ax_t, ax_c, ax_a) = plt.subplots(1, 3, figsize=(16, 4))
+    bars(ax_t, rows, "time_s", "time to stop, sum of P_k (s)")
+    bars(ax_c, rows, "cost_usd", "cost (USD)")
+    ax_c.set_yscale("log")
+    learned_schedules(ax_a, {label: done.runs[label] for label in learned_labels}, exp.setting("i_max"))
+    fig.suptitle(f"{exp.env}: schedulers over seeds {seeds} (mean ± std; reached J: "
+                 + ", ".join(f"{r.label} {r.reached}/{r.runs}" for r in rows) + ")", fontsize=9)
+    md = ("Time is the sum of P_k (one core per actor), except IMPACT's, which is its wall time "
+          "(it has no rounds); wall_s_mean is every row's wall time on this machine. Serverless "
+          "cost bills execution seconds (actors, learner on its own device, start-up); the server "
+          "cluster, and IMPACT on it, are billed for all wall time, shown with and without the "
+          "cluster's assumed start-up.\n\n"
+          + "\n".join(f"- {k}: {'yes' if v else 'no'}" for k, v in checks.items())
+          + "".join(f"\n- {label} chose the same actors in every round as {fixed} on every seed: "
+                    "the same training, so their cost and time differ only by this machine's noise"
+                    for label, fixed in twins.items()))
+    runs = {**done.runs, "server cluster": done.cluster}
+    results = {"metrics": metrics, "checks": checks, "same_schedule_as": twins, "runs": stripped(runs),
+               "impact_runs": [dataclasses.asdict(s) for s in done.impact]}
+    plot = exp.publish(fig, rows, md, results)
+    return CompareResult(exp.run_id, plot, [r.as_dict() for r in rows], metrics, checks, twins, runs, done.impact)
 
 
 def learned_schedules(ax, runs: dict[str, list[RunSummary]], i_max: int) -> None:
@@ -218,15 +246,10 @@ def judge_learned(label: str, by: dict[str, AggregateRow], best: AggregateRow | 
     return metrics, checks
 
 
-CLUSTER_BUDGET_USD = 1e6
-"""The cluster baseline is priced, not held to B (its start-up alone exceeds CartPole's B)."""
-
-
-def cluster_workload(exp: Experiment) -> dict[str, Any]:
-    """The experiment's workload run as the server cluster: its own system, Fixed(actor cores)
-    on the local backend's persistent workers (the workload's actor range and backend do not
-    apply to it); its i_max is the cluster's actor cores."""
-    cores = PriceTable.load(exp.workload.get("prices_file")).server_actor_cores
-    kept = {k: v for k, v in exp.workload.items()
-            if k not in ("i_max", "local_workers", "backend", "backend_options", "warm_actors", "budget_usd")}
-    return {**kept, "system": SYSTEM_CLUSTER, "i_max": cores, "budget_usd": CLUSTER_BUDGET_USD}
+def cluster_workload(exp: Experiment) -> tuple[Workload, Placement]:
+    """The experiment's workload run as the server cluster: Fixed(actor cores) on the local
+    backend's persistent workers (the workload's actor range and placement do not apply to it; its
+    learner device does); its i_max is the cluster's actor cores, its budget unbounded."""
+    cores = PriceTable.load(exp.workload.prices_file).server_actor_cores
+    return (exp.workload.with_values(i_max=cores, budget_usd=CLUSTER_BUDGET_USD),
+            Placement(learner_device=exp.placement.learner_device))

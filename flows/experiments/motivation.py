@@ -5,42 +5,50 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import matplotlib.pyplot as plt
 import numpy as np
 from prefect import flow
+from prefect.runtime import flow_run as flow_run_context
 
 from flows.experiments.common import Experiment, actor_steps, bars
 from flows.experiments.results import MotivationResult
 from models.report.experiment_stats import actor_rounds, aggregate, mean_std, row_metrics, stripped
+from models.run.workload import Placement, Workload, workload_env
+
+MOTIVATION_ROUNDS = 12
+"""K of the motivation's runs unless the workload sets one: the rounds of equal actor budget."""
 
 
-@flow(name="motivation", flow_run_name="motivation-{env}-n{n}", persist_result=False, validate_parameters=True)
+def motivation_run_name() -> str:
+    p = flow_run_context.parameters
+    return f"motivation-{workload_env(p)}-n{p.get('n', 8)}"
+
+
+@flow(name="motivation", flow_run_name=motivation_run_name, persist_result=False, validate_parameters=True)
 def motivation(
-    env: str = "CartPole-v1",
+    workload: Workload | None = None,
+    placement: Placement | None = None,
     seeds: list[int] | None = None,
     n: int = 8,
     step: int = 2,
     every: int = 2,
-    max_rounds: int = 12,
     tracking_uri: str | None = None,
     experiment: str | None = None,
     checkpoint_dir: str | None = None,
     resume_run_id: str | None = None,
-    **workload: Any,
 ) -> MotivationResult:
     """Fixed(n) vs Increase vs Decrease (step actors every `every` rounds) at the same total
     actor budget over max_rounds rounds (the schedulers of models/scheduling/schedulers.py). A run that
     reaches J stops early, so the table also reports the actor-rounds each actually used.
 
     Args:
-        env: the workload's gymnasium env id.
+        workload: what every run is asked to do (default CartPole-v1 with its preset); its
+            max_rounds, K, is the rounds over which the actor budgets are equal (default 12).
+        placement: where the runs' actors run (default local).
         seeds: the seeds every schedule runs on (default 0, 1, 2).
         n: Fixed(n)'s actor count; Increase and Decrease average n over max_rounds.
         step: actors added (Increase) or removed (Decrease) at each change.
         every: rounds between two changes of the actor count.
-        max_rounds: K, the rounds over which the actor budgets are equal.
         tracking_uri: MLflow store; default MLFLOW_TRACKING_URI or ./mlruns/mlflow.db.
         experiment: MLflow experiment of the parent run and its nested runs; default
             minionsrl-experiments.
@@ -48,13 +56,15 @@ def motivation(
         resume_run_id: the MLflow parent run of this experiment stopped before it finished
             (a crash, Ctrl-C): continue it with the same parameters; its finished runs are kept,
             not run again.
-        workload: other `train` parameters of every run.
     """
     seeds = [0, 1, 2] if seeds is None else seeds
     specs = {"fixed": f"fixed:{n}", "increase": f"increase:{n}:{step}:{every}",
              "decrease": f"decrease:{n}:{step}:{every}"}
-    with Experiment("motivation", env, {"seeds": seeds, "specs": specs}, {**workload, "max_rounds": max_rounds},
-                    tracking_uri, experiment, checkpoint_dir, resume_run_id) as exp:
+    workload = workload or Workload()
+    workload = workload.with_values(max_rounds=workload.max_rounds or MOTIVATION_ROUNDS)
+    max_rounds = workload.max_rounds
+    with Experiment("motivation", workload, placement, {"seeds": seeds, "specs": specs}, tracking_uri, experiment,
+                    checkpoint_dir, resume_run_id) as exp:
         exp.plan(len(specs) * len(seeds))
         runs = {label: [exp.train(spec, seed, label) for seed in seeds] for label, spec in specs.items()}
         rows = [aggregate(label, summaries).with_columns(
@@ -75,7 +85,7 @@ def motivation(
         ax_a.set_ylabel(f"actors (seed {seeds[0]})")
         ax_a.legend()
         bars(ax_t, rows, "time_s", "time to stop, sum of P_k (s)")
-        fig.suptitle(f"{env}: Fixed({n}) vs Increase vs Decrease (±{step} every {every} rounds, "
+        fig.suptitle(f"{workload.env}: Fixed({n}) vs Increase vs Decrease (±{step} every {every} rounds, "
                      f"equal actor budget over {max_rounds} rounds)", fontsize=9)
         md = "Equal total actor budget over max_rounds; runs stop at J, see actor_rounds_mean."
         plot = exp.publish(fig, rows, md, {"runs": stripped(runs)})

@@ -14,6 +14,7 @@ from typing import Any
 from models.billing.cost import PriceTable
 from models.envs.batch import check_env_id, env_spaces
 from models.errors import ConfigError
+from models.json_types import JSONObject
 from models.rl.normalization import NormLayout
 from models.run.presets import preset_layers
 from models.run.validation import check as _check
@@ -164,7 +165,7 @@ class ImpactRunConfig:
         _check(self.dask_address is None or self.backend == "dask", "dask_address applies to the dask backend only")
         self.impact.validate()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         out = dataclasses.asdict(self)
         out["impact"]["hidden"] = list(self.impact.hidden)
         return out

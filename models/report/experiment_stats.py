@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from models.json_types import JSONObject
+
 if TYPE_CHECKING:
     from models.impact.progress import ImpactSummary
     from models.run.session import RunSummary
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
 class TableRow(Protocol):
     """A row of an experiment's table: its columns, in order, as the table and results.json show them."""
 
-    def as_dict(self) -> dict[str, Any]: ...
+    def as_dict(self) -> JSONObject: ...
 
 
 def mean_std(values: Iterable[float | None]) -> tuple[float, float]:
@@ -77,7 +79,7 @@ class AggregateRow:
             raise KeyError(key)
         return columns[key]
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSONObject:
         return {"scheduler": self.label, "runs": self.runs, "reached": self.reached,
                 "time_s_mean": self.time_s_mean, "time_s_std": self.time_s_std,
                 "cost_usd_mean": self.cost_usd_mean, "cost_usd_std": self.cost_usd_std,
@@ -149,7 +151,7 @@ class PhaseRow:
     late: float
     shape: str
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JSONObject:
         return {"seed": self.seed, "rounds": self.rounds, "reached": self.reached,
                 "actors": json.dumps(list(self.actors)), "early": self.early, "middle": self.middle,
                 "late": self.late, "shape": self.shape}

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 from models.billing.cost import PriceTable
 from models.errors import ConfigError
+from models.json_types import JSONObject
 from models.run.validation import check as _check
 from models.run.validation import with_overrides
 
@@ -315,7 +316,7 @@ class RunConfig:
     def steps_per_env(self) -> int:
         return self.fragment // self.envs_per_actor
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         """Plain data (JSON-able): MLflow params and checkpoints."""
         out = dataclasses.asdict(self)
         out["backend"] = backend_to_dict(self.backend)
@@ -323,7 +324,7 @@ class RunConfig:
         return out
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> RunConfig:
+    def from_dict(cls, raw: JSONObject) -> RunConfig:
         """Back from to_dict (a checkpoint's stored configuration)."""
         values = dict(raw)
         ppo = dict(values.pop("ppo"))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from models.errors import ConfigError
 
@@ -30,6 +30,9 @@ T = TypeVar("T")
 class Workload:
     """What a run is asked to do: the env and its preset, the target and the limits, and the
     algorithm's settings. None: the env's preset, then the default."""
+
+    __pydantic_config__: ClassVar[dict[str, str]] = {"extra": "forbid"}
+    """A flow parameter of this type (a deployment's JSON) refuses an unknown key, naming it."""
 
     env: str = DEFAULT_ENV
     """Gymnasium env id, or 'module:EnvName'."""
@@ -85,6 +88,14 @@ class Workload:
         """The fields that are set (not None): what overrides the preset."""
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
 
+    def for_ppo(self) -> dict[str, object]:
+        """The set fields a PPO run (`train`) takes: all but IMPACT's own."""
+        return {k: v for k, v in self.given().items() if k not in IMPACT_ONLY}
+
+    def for_impact(self) -> dict[str, object]:
+        """The set fields an IMPACT run (`impact`) takes: all but PPO's own."""
+        return {k: v for k, v in self.given().items() if k not in PPO_ONLY}
+
     def with_values(self, **values: object) -> Workload:
         return replace(self, **values)
 
@@ -100,6 +111,8 @@ class Workload:
 class Placement:
     """Where a run's actors and learner run, never what it learns: a resumed run, or a resumed
     scheduler training, may change it."""
+
+    __pydantic_config__: ClassVar[dict[str, str]] = {"extra": "forbid"}
 
     backend: str | None = None
     """Where actors run: local (warm processes on this machine, the default), work-pool (each actor
@@ -130,7 +143,21 @@ class Placement:
 
 
 WORKLOAD_FIELDS = tuple(f.name for f in fields(Workload))
+IMPACT_ONLY = ("max_env_steps", "max_wall_s", "impact")
+PPO_ONLY = ("budget_usd", "max_rounds", "i_max", "fragment", "envs_per_actor", "carry_episodes", "actor_memory_gb",
+            "ppo", "eval_every", "eval_episodes", "stop_at_eval")
 PLACEMENT_FIELDS = tuple(f.name for f in fields(Placement))
+
+
+def workload_env(parameters: Mapping[str, object], default: str = DEFAULT_ENV) -> str:
+    """The env of a flow run's `workload` parameter (a Workload, or its JSON from a deployment, or
+    unset): what flow-run names say."""
+    workload = parameters.get("workload")
+    if isinstance(workload, Workload):
+        return workload.env
+    if isinstance(workload, Mapping) and isinstance(workload.get("env"), str):
+        return str(workload["env"])
+    return default
 
 
 def split_parameters(given: Mapping[str, object]) -> tuple[Workload, Placement, dict[str, object]]:

@@ -17,13 +17,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
 from models.errors import ConfigError
+from models.json_types import StateDict
 from models.rl.action_heads import CategoricalHead
 from models.rl.gae import episode_gae
 from models.rl.networks import mlp
@@ -224,7 +224,7 @@ class SchedulerAgent:
         return out_stats
 
     # -- state -----------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> StateDict:
         return {"policy": self.policy.state_dict(), "value": self.value.state_dict(),
                 "optimizer": self.optimizer.state_dict(), "scale": self.scale_state(),
                 "updates": self.updates, "episodes_seen": self.episodes_seen}
@@ -234,7 +234,7 @@ class SchedulerAgent:
         scale = self.scale
         return {"count": float(scale.count), "mean": float(scale.mean), "var": float(scale.var)}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: StateDict) -> None:
         self.policy.load_state_dict(state["policy"])
         self.value.load_state_dict(state["value"])
         if state.get("optimizer") is not None:

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import astuple, dataclass
-from typing import Any
 
 import numpy as np
+
+from models.json_types import StateDict
 
 
 @dataclass(frozen=True)
@@ -178,10 +179,10 @@ class StateNormaliser:
             ref = t
         return math.tanh((math.log(t) - math.log(ref)) / self.config.time_scale), ref
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> StateDict:
         return {"return_ref": self.return_ref, "learner_ref": self.learner_ref,
                 "actor_ref": self.actor_ref, "progress": self.progress}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: StateDict) -> None:
         for key in ("return_ref", "learner_ref", "actor_ref", "progress"):
             setattr(self, key, state[key])

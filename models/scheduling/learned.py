@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 import torch
 
 from models.errors import ConfigError
+from models.json_types import StateDict
 from models.rl.normalization import Moments, RunningMeanStd
 from models.run.checkpoint import load_checkpoint, save_checkpoint
 from models.scheduling.agent import AgentConfig, SchedulerAgent
@@ -142,7 +143,7 @@ class LearnedScheduler:
         self.steps = []
         self.normaliser.reset()
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> StateDict:
         # The weights too: a resumed run must act exactly as before even if the file it came
         # from has been overwritten by a later update since.
         return {"mode": self.mode, "steps": [{**asdict(s), "obs": list(s.obs)} for s in self.steps],
@@ -150,7 +151,7 @@ class LearnedScheduler:
                 "policy": self.agent.policy.state_dict(), "value": self.agent.value.state_dict(),
                 "scale": self.agent.scale_state()}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: StateDict) -> None:
         self.mode = state["mode"]
         self.steps = [SchedulerDecision(**{**s, "obs": tuple(s["obs"])}) for s in state["steps"]]
         self.normaliser.load_state_dict(state["normaliser"])

@@ -8,10 +8,12 @@ lists its source's training before its own, and a card can say what a checkpoint
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
 from models.errors import ConfigError
+from models.json_types import JSONObject
+from models.run.workload import WORKLOAD_FIELDS, Placement, Workload
 
 
 def _known(names: set[str], data: Any, what: str) -> dict[str, Any]:
@@ -24,63 +26,18 @@ def _known(names: set[str], data: Any, what: str) -> dict[str, Any]:
     return dict(data)
 
 
-@dataclass(frozen=True)
-class SchedulerWorkload:
-    """The `train` parameters every episode of a scheduler training runs with. None keeps
-    `train`'s default (the env's preset)."""
+LEGACY_PLACEMENT_KEYS = ("local_workers", "backend", "backend_options")
+"""Checkpoints written before Workload and Placement (2026-12-04) kept where the episodes ran inside
+their workload; they are read into a Placement."""
 
-    env: str
-    i_max: int = 32
-    """The scheduler's action space: 1..i_max actors."""
-    preset: str | None = None
-    """A variant of the env's preset the unset parameters come from (e.g. locomotion for
-    Hopper-v5: J 2000, episodes carried across rounds); None: the env's own preset."""
-    target_return: float | None = None
-    """J; a training resolves it (preset, else gymnasium's reward_threshold) before it starts."""
-    budget_usd: float | None = None
-    max_rounds: int | None = None
-    fragment: int | None = None
-    ppo: dict[str, Any] | None = None
-    """Overrides of the workload's PPO settings, e.g. {"learning_rate": 0.002}."""
-    local_workers: int | None = None
-    backend: str | None = None
-    """Where the episodes' actors run: local (default), dask, ... (tasks/backends.py)."""
-    backend_options: dict[str, Any] | None = None
-    """That backend's options, e.g. {"dask_address": "tcp://scheduler:8786"} for dask."""
-    eval_every: int | None = None
-    """Every this many rounds (and at the end) the workload's policy plays whole deterministic
-    episodes (None: off, `train`'s default)."""
-    eval_episodes: int | None = None
-    """Episodes of each of those evaluations (None: `train`'s default, 5)."""
-    stop_at_eval: bool | None = None
-    """J is judged on those evaluations, not on R_k (the mean return of the episodes that ended
-    in a round): with few actors R_k holds a single episode, and a lucky one ends the episode
-    early, which a scheduler learns to exploit (BENCHMARKS.md issue 13). Needs eval_every."""
 
-    def train_parameters(self) -> dict[str, Any]:
-        """Keyword arguments of the `train` flow."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-    def placed(self, backend: str | None, backend_options: dict[str, Any] | None,
-               local_workers: int | None) -> SchedulerWorkload:
-        """The same workload with its actors placed as given (None keeps this one's): a resumed
-        training may run on another cluster without changing what it learns on."""
-        return replace(self, backend=self.backend if backend is None else backend,
-                       backend_options=self.backend_options if backend_options is None else backend_options,
-                       local_workers=self.local_workers if local_workers is None else local_workers)
-
-    def with_target(self, target_return: float) -> SchedulerWorkload:
-        return replace(self, target_return=float(target_return))
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: Any) -> SchedulerWorkload:
-        values = _known({f.name for f in fields(cls)}, data, "scheduler workload")
-        if not isinstance(values.get("env"), str):
-            raise ConfigError("scheduler workload: env must be a gymnasium env id")
-        return cls(**values)
+def workload_and_placement(data: object) -> tuple[Workload, Placement]:
+    """A training session's `workload` JSON (and its legacy placement keys) as the two dataclasses."""
+    values = _known(set(WORKLOAD_FIELDS) | set(LEGACY_PLACEMENT_KEYS), data, "scheduler workload")
+    placement = Placement(**{k: values.pop(k) for k in LEGACY_PLACEMENT_KEYS if k in values})
+    if not isinstance(values.get("env"), str):
+        raise ConfigError("scheduler workload: env must be a gymnasium env id")
+    return Workload(**values), placement
 
 
 TRAINING_MODES = ("scratch", "finetune")
@@ -97,7 +54,8 @@ class TrainingSession:
     """Episode e trained the workload with seed + e."""
     mode: str
     """scratch or finetune."""
-    workload: SchedulerWorkload
+    workload: Workload
+    """What every episode's training run was asked to do (its i_max and J resolved)."""
     beta: float
     batch_episodes: int
     cost_weight: float = 0.0
@@ -111,21 +69,27 @@ class TrainingSession:
     billed_usd: float = 0.0
     """What this run's episodes were billed so far (their trainings' cost_usd); 0 in checkpoints
     from before it was recorded."""
+    placement: Placement = field(default_factory=Placement)
+    """Where the episodes' actors ran (a resume may place them elsewhere)."""
 
     def __post_init__(self) -> None:
         if self.mode not in TRAINING_MODES:
             raise ConfigError(f"training session mode must be one of {TRAINING_MODES}, got {self.mode!r}")
 
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "workload": self.workload.to_json()}
+    def to_json(self) -> JSONObject:
+        return {**asdict(self), "workload": self.workload.to_json(), "placement": self.placement.to_json()}
 
     @classmethod
-    def from_json(cls, data: Any) -> TrainingSession:
+    def from_json(cls, data: object) -> TrainingSession:
         values = _known({f.name for f in fields(cls)}, data, "trained_on entry")
-        missing = sorted(f.name for f in fields(cls) if f.default is MISSING and f.name not in values)
+        missing = sorted(f.name for f in fields(cls)
+                         if f.default is MISSING and f.default_factory is MISSING and f.name not in values)
         if missing:
             raise ConfigError(f"trained_on entry: missing {missing}")
-        return cls(**{**values, "workload": SchedulerWorkload.from_json(values["workload"])})
+        workload, placement = workload_and_placement(values["workload"])
+        if "placement" in values:
+            placement = Placement.from_json(values["placement"])
+        return cls(**{**values, "workload": workload, "placement": placement})
 
 
 @dataclass
@@ -146,8 +110,8 @@ class SchedulerProvenance:
     def episodes_total(self) -> int:
         return sum(s.episodes for s in self.trained_on)
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"trained_on": [s.to_json() for s in self.trained_on],
+    def to_json(self) -> JSONObject:
+        out: JSONObject = {"trained_on": [s.to_json() for s in self.trained_on],
                                "progress": {"episodes_done": self.episodes_done, "updates": self.updates}}
         if self.fine_tuned_from is not None:
             out["fine_tuned_from"] = self.fine_tuned_from

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Any, Protocol
+from typing import Protocol
 
 from models.errors import ConfigError
+from models.json_types import StateDict
 from models.scheduling.features import RoundState
 from models.scheduling.learned import is_learned_spec, make_learned_scheduler, parse_learned_spec
 
@@ -25,10 +26,10 @@ class Scheduler(Protocol):
     def choose(self, state: RoundState) -> int:
         """Actors for the coming round, in [1, i_max]."""
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> StateDict:
         """What a checkpoint must hold to resume the scheduler exactly."""
 
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+    def load_state_dict(self, state: StateDict) -> None: ...
 
 
 def clip_actors(n: float, i_max: int) -> int:
@@ -38,10 +39,10 @@ def clip_actors(n: float, i_max: int) -> int:
 class _Stateless:
     name = "stateless"
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> StateDict:
         return {}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: StateDict) -> None:
         pass
 
 
@@ -86,10 +87,10 @@ class Adapt:
         j_hat = sum(self.returns) / len(self.returns) if self.returns else 0.0
         return clip_actors(j_hat / self.target * self.i_max, self.i_max)
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> StateDict:
         return {"returns": list(self.returns)}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: StateDict) -> None:
         self.returns = deque(state["returns"], maxlen=self.window)
 
 
@@ -140,10 +141,10 @@ class Switch:
             self.switched = True  # for good: one lucky round is enough, as with R_k and J
         return self.after if self.switched else self.before
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> StateDict:
         return {"switched": self.switched}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: StateDict) -> None:
         self.switched = bool(state["switched"])
 
 
