@@ -1,7 +1,7 @@
 """The `impact` flow: IMPACT (Luo et al., ICLR 2020) as a training system beside the serverless PPO.
 
 One flow run per training. Actors sample continuously in persistent worker processes
-(tasks/impact_actors.py); the learner runs in this flow's process in chunks of learner steps,
+(tasks/impact/); the learner runs in this flow's process in chunks of learner steps,
 each chunk one Prefect task run `learn-chunk-{i}` and one MLflow step. MLflow: one run per
 training, with PPO's metric names where they mean the same thing (rollout/ep_return_mean,
 rollout/env_steps[_total], time/learner_s, time/total_wall_s, cost/...) and impact/... for the
@@ -44,8 +44,10 @@ from models.impact.config import ImpactRunConfig, resolve_impact_config
 from models.impact.learner import ImpactLearner
 from models.impact.progress import STOP_CHUNKS, ImpactChunkRecord, ImpactProgress, ImpactSummary
 from models.run.workload import Overrides, split_parameters
-from tasks.impact_actors import ChunkClock, DaskImpactActorPool, ImpactActorPool
-from tasks.impact_actors import learn_chunk as learn_chunk_body
+from tasks.impact.dask_pool import DaskImpactActorPool
+from tasks.impact.learn_chunk import ChunkClock
+from tasks.impact.learn_chunk import learn_chunk as learn_chunk_body
+from tasks.impact.local_pool import ImpactActorPool
 
 
 @dataclass

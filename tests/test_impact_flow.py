@@ -19,7 +19,8 @@ from models.impact.learner import ImpactLearner
 from models.impact.progress import ImpactProgress
 from models.report.run_report import artifact_key
 from models.rl.normalization import Moments, NormStats
-from tasks.impact_actors import ChunkClock, ImpactActorPool, learn_chunk
+from tasks.impact.learn_chunk import ChunkClock, learn_chunk
+from tasks.impact.local_pool import ImpactActorPool
 from tests.prefect_reads import task_runs_eventually
 
 pytestmark = pytest.mark.e2e
@@ -165,7 +166,7 @@ def test_impact_flow_on_a_local_dask_cluster(prefect_api_url, mlflow_uri):
 
 
 def test_a_killed_dask_actor_is_resubmitted_and_the_run_goes_on():
-    from tasks.impact_actors import DaskImpactActorPool
+    from tasks.impact.dask_pool import DaskImpactActorPool
 
     cfg = ImpactConfig(**SMALL)
     learner = ImpactLearner(env_spaces("CartPole-v1"), cfg, seed=0, device="cpu")
@@ -193,7 +194,7 @@ HOPPER_SMALL = {**SMALL, "fragment": 32, "envs_per_actor": 1, "normalize_obs": T
 
 @pytest.mark.parametrize("backend", ["local", "dask"])
 def test_actors_receive_the_normaliser_statistics_with_the_weights(backend):
-    from tasks.impact_actors import DaskImpactActorPool
+    from tasks.impact.dask_pool import DaskImpactActorPool
 
     cfg = ImpactConfig(**{**HOPPER_SMALL, "actors": 1})
     pool_class = ImpactActorPool if backend == "local" else DaskImpactActorPool
