@@ -39,7 +39,8 @@ from models.report.run_report import (
     summary_markdown,
     table_due,
 )
-from models.run.session import RunSummary, TrainingSession
+from models.run.records import RunSummary
+from models.run.session import TrainingSession
 from models.scheduling.training import SchedulerEpisodeRecord
 from tasks.worker_processes import run_aside
 

@@ -45,7 +45,7 @@ from flows.train import train
 from models.errors import ConfigError
 from models.json_types import JSONObject
 from models.run.presets import resolve_run_config
-from models.run.session import RunSummary
+from models.run.records import RunSummary
 from models.run.workload import Placement, Workload, workload_env
 from models.scheduling.agent import AgentConfig, Episode, SchedulerAgent
 from models.scheduling.learned import (

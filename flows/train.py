@@ -35,7 +35,8 @@ from models.errors import ConfigError
 from models.run.checkpoint import RunCheckpoint
 from models.run.config import SYSTEM_CLUSTER, RunConfig
 from models.run.journal import RoundJournal
-from models.run.session import RunSummary, TrainingSession
+from models.run.records import RunSummary
+from models.run.session import TrainingSession
 from models.run.workload import Overrides, Placement, Workload
 from models.scheduling.learned import is_learned_spec, parse_learned_spec
 from tasks.backends import ActorBackend, make_backend

@@ -11,7 +11,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from models.report.run_report import artifact_key
-from models.run.session import RoundRecord
+from models.run.records import RoundRecord
 from models.scheduling.training import SchedulerEpisodeRecord
 
 

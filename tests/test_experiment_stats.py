@@ -28,7 +28,7 @@ from models.report.experiment_stats import (
     stripped,
     summary_record,
 )
-from models.run.session import STOP_TARGET, RoundRecord, RunSummary
+from models.run.records import STOP_TARGET, RoundRecord, RunSummary
 from models.scheduling.features import SchedulerTrace
 
 

@@ -18,7 +18,7 @@ from models.report.run_report import (
     summary_markdown,
     table_due,
 )
-from models.run.session import RoundRecord, RunSummary
+from models.run.records import RoundRecord, RunSummary
 from models.scheduling.training import SchedulerEpisodeRecord
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from models.errors import ConfigError
-from models.run.session import STOP_BUDGET
+from models.run.records import STOP_BUDGET
 from models.scheduling.features import SchedulerDecision, SchedulerTrace
 from models.scheduling.reward import episode_rewards, rewards_from_summary, terminal_penalty
 
@@ -51,7 +51,7 @@ def test_reward_rejects_bad_input():
 def test_rewards_from_summary():
     import dataclasses
 
-    from models.run.session import RoundRecord, RunSummary
+    from models.run.records import RoundRecord, RunSummary
 
     rounds = tuple(RoundRecord(round_index=k, actors=2, mean_return=300.0, env_steps=8, round_s=t,
                                wall_s=t, learner_s=0.1, actor_mean_s=0.1, cost_usd=0.0, loss=0.0,

@@ -10,12 +10,8 @@ import pytest
 from models.rl.rollout import RolloutBatch
 from models.rl.timings import ActorTimings
 from models.run.presets import resolve_parameters
-from models.run.session import (
-    STOP_BUDGET,
-    STOP_MAX_ROUNDS,
-    STOP_TARGET,
-    TrainingSession,
-)
+from models.run.records import STOP_BUDGET, STOP_MAX_ROUNDS, STOP_TARGET
+from models.run.session import TrainingSession
 
 LEARNER_S = 0.5
 

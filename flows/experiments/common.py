@@ -51,7 +51,7 @@ from models.report.run_report import (
 )
 from models.run.config import ConfigError
 from models.run.presets import resolve_run_config
-from models.run.session import RunSummary
+from models.run.records import RunSummary
 from models.run.workload import Placement, Workload
 from models.scheduling.learned import SHIPPED
 from tasks.worker_processes import ready_worker_server

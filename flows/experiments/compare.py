@@ -34,7 +34,7 @@ from models.report.experiment_stats import (
     stripped,
 )
 from models.run.config import SYSTEM_CLUSTER
-from models.run.session import RunSummary
+from models.run.records import RunSummary
 from models.run.workload import Placement, Workload, workload_env
 
 CLUSTER_BUDGET_USD = 1e6

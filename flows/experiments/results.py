@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from models.impact.progress import ImpactSummary
-from models.run.session import RunSummary
+from models.run.records import RunSummary
 from models.scheduling.training import SchedulerTrainingResult
 
 

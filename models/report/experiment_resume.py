@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from models.errors import ConfigError
 from models.impact.progress import ImpactSummary
-from models.run.session import RunSummary
+from models.run.records import RunSummary
 from models.run.wire import Codec, WireError
 
 IMPACT_SCHEDULER = "impact"

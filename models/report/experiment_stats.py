@@ -24,7 +24,7 @@ from models.json_types import JSONObject
 
 if TYPE_CHECKING:
     from models.impact.progress import ImpactSummary
-    from models.run.session import RunSummary
+    from models.run.records import RunSummary
 
 
 class TableRow(Protocol):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from models.impact.config import ImpactRunConfig
 from models.impact.progress import ImpactChunkRecord, ImpactSummary
-from models.run.session import STOP_BUDGET, STOP_MAX_ROUNDS, STOP_TARGET, RoundRecord, RunSummary
+from models.run.records import STOP_BUDGET, STOP_MAX_ROUNDS, STOP_TARGET, RoundRecord, RunSummary
 from models.scheduling.training import SchedulerEpisodeRecord
 
 ArtifactRow = dict[str, str | float | int | None]

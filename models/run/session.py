@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 from models.billing.budget import (
@@ -22,135 +22,17 @@ from models.billing.budget import (
     cluster_round_bound,
     round_bound,
 )
-from models.billing.cost import bill_cluster_round, round_cost, server_cluster_cost
+from models.billing.cost import RoundBill, bill_cluster_round, round_cost, server_cluster_cost
 from models.envs.batch import env_spaces
 from models.envs.snapshot import EnvSnapshot
 from models.rl.ppo import Learner
 from models.rl.rollout import ActorJob, RolloutBatch
 from models.run.checkpoint import PolicyArtifact, RunCheckpoint, save_policy, save_run_checkpoint
-from models.run.config import SYSTEM_SERVERLESS, RunConfig
+from models.run.config import RunConfig
 from models.run.journal import LostAttempt
 from models.run.metrics import actor_billed_s, one_core_per_actor_wall_s, round_metrics
-from models.scheduling.features import SchedulerTrace
+from models.run.records import STOP_BUDGET, STOP_MAX_ROUNDS, STOP_TARGET, RoundRecord, RunProgress, RunSummary
 from models.scheduling.schedulers import RoundState, make_scheduler
-
-STOP_TARGET, STOP_BUDGET, STOP_MAX_ROUNDS = "target_reached", "budget_spent", "max_rounds"
-
-
-@dataclass(frozen=True)
-class RoundRecord:
-    """One finished round: what the scheduler observes next and what a run's summary lists."""
-
-    round_index: int
-    actors: int
-    mean_return: float
-    """R_k: mean return of the episodes completed in the round (NaN when none did)."""
-    env_steps: int
-    round_s: float
-    """P_k: learner time + the slowest actor's own duration (one core per actor)."""
-    wall_s: float
-    """What the clock saw on this machine."""
-    learner_s: float
-    actor_mean_s: float
-    cost_usd: float
-    loss: float
-    policy_kl: float
-    bound_usd: float = 0.0
-    """The upper bound of the round's cost that admitted it (models/billing/budget.py)."""
-
-    @classmethod
-    def from_metrics(cls, round_index: int, metrics: dict[str, float]) -> RoundRecord:
-        return cls(round_index=round_index, actors=int(metrics["sched/actors"]),
-                   mean_return=metrics["rollout/ep_return_mean"],
-                   env_steps=int(metrics["rollout/env_steps"]), round_s=metrics["time/round_s"],
-                   wall_s=metrics["time/round_wall_s"], learner_s=metrics["time/learner_s"],
-                   actor_mean_s=metrics["time/actor_mean_s"], cost_usd=metrics["cost/round_usd"],
-                   loss=metrics["train/loss"], policy_kl=metrics["train/policy_kl"],
-                   bound_usd=metrics.get("cost/round_bound_usd", 0.0))
-
-
-@dataclass(frozen=True)
-class RunSummary:
-    """What a finished training run reports (the `train` flow's return value)."""
-
-    run_id: str | None
-    env_id: str
-    scheduler: str
-    seed: int
-    stop_reason: str | None
-    rounds: int
-    final_return: float
-    best_return: float
-    env_steps: int
-    cost_usd: float
-    """What the run was billed: actors + learner + start-up (models/billing/cost.py RoundBill)."""
-    server_cluster_cost_usd: float
-    """The fixed cluster for the run's time, its start-up included."""
-    time_to_stop_s: float
-    """Sum of P_k: the run's time with one core per actor."""
-    wall_time_s: float
-    """Sum of the rounds' wall times on this machine."""
-    history: tuple[RoundRecord, ...]
-    scheduler_trace: SchedulerTrace | None = None
-    """A learned scheduler's decisions (models/scheduling/agent.py LearnedScheduler.trace)."""
-    tracking_uri: str = ""
-    checkpoint: str = ""
-    server_cluster_cost_no_startup_usd: float = 0.0
-    """The fixed cluster for the run's time alone (its start-up is an assumed price-table value)."""
-    actors_cost_usd: float = 0.0
-    learner_cost_usd: float = 0.0
-    startup_cost_usd: float = 0.0
-    projected_aci_startup_usd: float = 0.0
-    """Not billed: start-up every container would add as on ACI (price table's aci start-up)."""
-    learner_device: str = ""
-    stop_detail: str = ""
-    """Why the run stopped, in words (e.g. which round the budget refused and its bound)."""
-    system: str = SYSTEM_SERVERLESS
-    """serverless, or server-cluster: then cost_usd is the cluster's bill, and the two
-    server_cluster_* figures are that bill with and without its start-up."""
-    rounds_started_at: float = math.nan
-    """time.time() when round 0 (or a resumed run's first round) began, its actors ready: a
-    caller that noted when it called `train` has the flow's start-up (call to first round)."""
-    rounds_finished_at: float = math.nan
-    """time.time() when the last round was recorded: from here to the call's return is shut-down
-    (final policy, MLflow model and plots, artifacts, Prefect's flow exit)."""
-
-    @property
-    def target_reached(self) -> bool:
-        return self.stop_reason == STOP_TARGET
-
-
-@dataclass
-class RunProgress:
-    """The running totals a checkpoint carries from round to round."""
-
-    round_index: int = 0
-    """The next round to run."""
-    spent_usd: float = 0.0
-    env_steps: int = 0
-    sum_round_s: float = 0.0
-    sum_wall_s: float = 0.0
-    best_return: float = -math.inf
-    stop_reason: str | None = None
-    run_id: str | None = None
-    history: list[RoundRecord] = field(default_factory=list)
-    actors_usd: float = 0.0
-    learner_usd: float = 0.0
-    startup_usd: float = 0.0
-    projected_aci_startup_usd: float = 0.0
-    stop_detail: str = ""
-    measured: Measured = field(default_factory=Measured)
-    """What the budget bound has measured so far (models/billing/budget.py)."""
-    lost_usd: float = 0.0
-    """Billed cost of round attempts a crash cut short (models/run/journal.py), in spent_usd too."""
-    billed_attempts: list[str] = field(default_factory=list)
-    """Ids of the lost attempts already billed: each is billed once."""
-    flow_run_ids: list[str] = field(default_factory=list)
-    """The orchestrator's runs (Prefect flow runs) that worked on this run, oldest first."""
-    sum_billed_wall_s: float = 0.0
-    """Server cluster: the wall seconds it was billed (every round's span, idle included)."""
-    worker_pids: list[int] = field(default_factory=list)
-    """Server cluster: the actor processes that ran its actors so far (sorted)."""
 
 
 class TrainingSession:
@@ -287,50 +169,62 @@ class TrainingSession:
         replacement worker that booted idle), billed as start-up with what note_backend_startup
         left due.
         """
-        p = self.progress
         if self.cfg.carry_episodes:
             self.carry = {b.actor_index: b.carry for b in batches if b.carry}
         learner_s = learner_stats["time/learner_s"]
-        cluster_bill, billed_wall_s = None, 0.0
-        if self.cfg.cluster:
-            # The cluster bills all its time, idle included, but the round itself as it would
-            # run on the cluster's own cores, not as this smaller machine ran it.
-            now = time.perf_counter()
-            span_s = wall_s if self._cluster_clock is None else now - self._cluster_clock
-            cluster_round_s = one_core_per_actor_wall_s(batches, learner_s, wall_s)
-            billed_wall_s = max(span_s - wall_s, 0.0) + cluster_round_s
-            self._cluster_clock = now
-            cluster_bill = bill_cluster_round(billed_wall_s, self.learner_device, self.prices,
-                                              with_startup=self._cluster_startup_due)
-            self._cluster_startup_due = False
+        cluster_bill, billed_wall_s, cluster_metrics = self._bill_cluster_round(batches, learner_s, wall_s)
         metrics = round_metrics(batches, learner_s, wall_s, self.prices, failed_billed_s,
                                 learner_device=self.learner_device,
                                 learner_startup_s=self.learner_startup_s if self._learner_startup_due else 0.0,
                                 warm_idle_s=warm_idle_s,
                                 pool_startup_s=self._pool_startup_due_s + pool_startup_s,
                                 bill=cluster_bill)
-        if self.cfg.cluster:
-            pids = {b.timings.worker_pid for b in batches if b.timings.worker_pid is not None}
-            new = pids - set(p.worker_pids)
-            p.worker_pids = sorted(set(p.worker_pids) | pids)
-            p.sum_billed_wall_s += billed_wall_s
-            metrics.update({"time/billed_wall_s": billed_wall_s, "time/cluster_round_s": cluster_round_s,
-                            "cluster/worker_processes": float(len(p.worker_pids)),
-                            "cluster/new_worker_processes": float(len(new))})
+        metrics.update(cluster_metrics)
         self._learner_startup_due = False
         self._pool_startup_due_s = 0.0
         metrics.update(learner_stats)
         if self._admitted is not None:
             metrics["cost/round_bound_usd"] = self._admitted.total_usd
             self._admitted = None
-        p.measured.observe(actor_billed_s(batches, failed_billed_s), learner_s,
-                           sum(b.steps for b in batches), self.shape, warm_idle_s, billed_wall_s)
+        self.progress.measured.observe(actor_billed_s(batches, failed_billed_s), learner_s,
+                                       sum(b.steps for b in batches), self.shape, warm_idle_s, billed_wall_s)
+        if "time/round_body_s" in learner_stats:  # split the overhead: subflow vs tasks
+            metrics["time/subflow_overhead_s"] = max(wall_s - learner_stats["time/round_body_s"], 0.0)
+        self._add_to_totals(metrics, wall_s)
+        self._apply_stop_rules(metrics["rollout/ep_return_mean"])
+        return metrics
+
+    def _bill_cluster_round(self, batches: list[RolloutBatch], learner_s: float, wall_s: float
+                            ) -> tuple[RoundBill | None, float, dict[str, float]]:
+        """Server cluster: the round's bill, its billed wall seconds and its cluster/... metrics
+        (a serverless run: None, 0 and none). The cluster bills all its time, idle included, but
+        the round itself as it would run on the cluster's own cores, not as this machine ran it."""
+        if not self.cfg.cluster:
+            return None, 0.0, {}
+        p = self.progress
+        now = time.perf_counter()
+        span_s = wall_s if self._cluster_clock is None else now - self._cluster_clock
+        cluster_round_s = one_core_per_actor_wall_s(batches, learner_s, wall_s)
+        billed_wall_s = max(span_s - wall_s, 0.0) + cluster_round_s
+        self._cluster_clock = now
+        bill = bill_cluster_round(billed_wall_s, self.learner_device, self.prices,
+                                  with_startup=self._cluster_startup_due)
+        self._cluster_startup_due = False
+        pids = {b.timings.worker_pid for b in batches if b.timings.worker_pid is not None}
+        new = pids - set(p.worker_pids)
+        p.worker_pids = sorted(set(p.worker_pids) | pids)
+        p.sum_billed_wall_s += billed_wall_s
+        return bill, billed_wall_s, {"time/billed_wall_s": billed_wall_s, "time/cluster_round_s": cluster_round_s,
+                                     "cluster/worker_processes": float(len(p.worker_pids)),
+                                     "cluster/new_worker_processes": float(len(new))}
+
+    def _add_to_totals(self, metrics: dict[str, float], wall_s: float) -> None:
+        """Fold the round's figures into the run's totals, and its totals into its metrics."""
+        p = self.progress
         p.actors_usd += metrics["cost/actors_usd"]
         p.learner_usd += metrics["cost/learner_usd"]
         p.startup_usd += metrics["cost/startup_usd"]
         p.projected_aci_startup_usd += metrics["cost/projected_aci_startup_usd"]
-        if "time/round_body_s" in learner_stats:  # split the overhead: subflow vs tasks
-            metrics["time/subflow_overhead_s"] = max(wall_s - learner_stats["time/round_body_s"], 0.0)
         p.spent_usd += metrics["cost/round_usd"]
         p.env_steps += int(metrics["rollout/env_steps"])
         p.sum_round_s += metrics["time/round_s"]
@@ -351,13 +245,16 @@ class TrainingSession:
         })
         p.history.append(RoundRecord.from_metrics(p.round_index, metrics))
         p.round_index += 1
+
+    def _apply_stop_rules(self, ret: float) -> None:
+        """J on R_k (unless judged on evaluations), then K."""
+        p = self.progress
         if not self.cfg.stop_at_eval and not math.isnan(ret) and ret >= self.cfg.target_return:
             p.stop_reason = STOP_TARGET
             p.stop_detail = f"target: round {p.round_index - 1} returned {ret:.4g} >= J={self.cfg.target_return:g}"
         elif p.round_index >= self.cfg.max_rounds:
             p.stop_reason = STOP_MAX_ROUNDS
             p.stop_detail = f"max_rounds: K={self.cfg.max_rounds} rounds run"
-        return metrics
 
     def record_evaluation(self, metrics: dict[str, float]) -> None:
         """With stop_at_eval, stop when this evaluation (eval/ metrics of the round just

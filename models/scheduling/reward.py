@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from models.errors import ConfigError
-from models.run.session import STOP_BUDGET, RunSummary
+from models.run.records import STOP_BUDGET, RunSummary
 
 
 def terminal_penalty(best_return: float, target_return: float) -> float:

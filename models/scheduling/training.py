@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from models.run.session import RunSummary
+from models.run.records import RunSummary
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,129 @@
+"""What a training run records: each finished round (RoundRecord), the running totals a checkpoint
+carries (RunProgress), and what a finished run reports (RunSummary)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from models.billing.budget import Measured
+from models.run.config import SYSTEM_SERVERLESS
+from models.scheduling.features import SchedulerTrace
+
+STOP_TARGET, STOP_BUDGET, STOP_MAX_ROUNDS = "target_reached", "budget_spent", "max_rounds"
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """One finished round: what the scheduler observes next and what a run's summary lists."""
+
+    round_index: int
+    actors: int
+    mean_return: float
+    """R_k: mean return of the episodes completed in the round (NaN when none did)."""
+    env_steps: int
+    round_s: float
+    """P_k: learner time + the slowest actor's own duration (one core per actor)."""
+    wall_s: float
+    """What the clock saw on this machine."""
+    learner_s: float
+    actor_mean_s: float
+    cost_usd: float
+    loss: float
+    policy_kl: float
+    bound_usd: float = 0.0
+    """The upper bound of the round's cost that admitted it (models/billing/budget.py)."""
+
+    @classmethod
+    def from_metrics(cls, round_index: int, metrics: dict[str, float]) -> RoundRecord:
+        return cls(round_index=round_index, actors=int(metrics["sched/actors"]),
+                   mean_return=metrics["rollout/ep_return_mean"],
+                   env_steps=int(metrics["rollout/env_steps"]), round_s=metrics["time/round_s"],
+                   wall_s=metrics["time/round_wall_s"], learner_s=metrics["time/learner_s"],
+                   actor_mean_s=metrics["time/actor_mean_s"], cost_usd=metrics["cost/round_usd"],
+                   loss=metrics["train/loss"], policy_kl=metrics["train/policy_kl"],
+                   bound_usd=metrics.get("cost/round_bound_usd", 0.0))
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What a finished training run reports (the `train` flow's return value)."""
+
+    run_id: str | None
+    env_id: str
+    scheduler: str
+    seed: int
+    stop_reason: str | None
+    rounds: int
+    final_return: float
+    best_return: float
+    env_steps: int
+    cost_usd: float
+    """What the run was billed: actors + learner + start-up (models/billing/cost.py RoundBill)."""
+    server_cluster_cost_usd: float
+    """The fixed cluster for the run's time, its start-up included."""
+    time_to_stop_s: float
+    """Sum of P_k: the run's time with one core per actor."""
+    wall_time_s: float
+    """Sum of the rounds' wall times on this machine."""
+    history: tuple[RoundRecord, ...]
+    scheduler_trace: SchedulerTrace | None = None
+    """A learned scheduler's decisions (models/scheduling/agent.py LearnedScheduler.trace)."""
+    tracking_uri: str = ""
+    checkpoint: str = ""
+    server_cluster_cost_no_startup_usd: float = 0.0
+    """The fixed cluster for the run's time alone (its start-up is an assumed price-table value)."""
+    actors_cost_usd: float = 0.0
+    learner_cost_usd: float = 0.0
+    startup_cost_usd: float = 0.0
+    projected_aci_startup_usd: float = 0.0
+    """Not billed: start-up every container would add as on ACI (price table's aci start-up)."""
+    learner_device: str = ""
+    stop_detail: str = ""
+    """Why the run stopped, in words (e.g. which round the budget refused and its bound)."""
+    system: str = SYSTEM_SERVERLESS
+    """serverless, or server-cluster: then cost_usd is the cluster's bill, and the two
+    server_cluster_* figures are that bill with and without its start-up."""
+    rounds_started_at: float = math.nan
+    """time.time() when round 0 (or a resumed run's first round) began, its actors ready: a
+    caller that noted when it called `train` has the flow's start-up (call to first round)."""
+    rounds_finished_at: float = math.nan
+    """time.time() when the last round was recorded: from here to the call's return is shut-down
+    (final policy, MLflow model and plots, artifacts, Prefect's flow exit)."""
+
+    @property
+    def target_reached(self) -> bool:
+        return self.stop_reason == STOP_TARGET
+
+
+@dataclass
+class RunProgress:
+    """The running totals a checkpoint carries from round to round."""
+
+    round_index: int = 0
+    """The next round to run."""
+    spent_usd: float = 0.0
+    env_steps: int = 0
+    sum_round_s: float = 0.0
+    sum_wall_s: float = 0.0
+    best_return: float = -math.inf
+    stop_reason: str | None = None
+    run_id: str | None = None
+    history: list[RoundRecord] = field(default_factory=list)
+    actors_usd: float = 0.0
+    learner_usd: float = 0.0
+    startup_usd: float = 0.0
+    projected_aci_startup_usd: float = 0.0
+    stop_detail: str = ""
+    measured: Measured = field(default_factory=Measured)
+    """What the budget bound has measured so far (models/billing/budget.py)."""
+    lost_usd: float = 0.0
+    """Billed cost of round attempts a crash cut short (models/run/journal.py), in spent_usd too."""
+    billed_attempts: list[str] = field(default_factory=list)
+    """Ids of the lost attempts already billed: each is billed once."""
+    flow_run_ids: list[str] = field(default_factory=list)
+    """The orchestrator's runs (Prefect flow runs) that worked on this run, oldest first."""
+    sum_billed_wall_s: float = 0.0
+    """Server cluster: the wall seconds it was billed (every round's span, idle included)."""
+    worker_pids: list[int] = field(default_factory=list)
+    """Server cluster: the actor processes that ran its actors so far (sorted)."""
