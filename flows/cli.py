@@ -38,11 +38,11 @@ def flow_arguments(parser: argparse.ArgumentParser, fn: Callable[..., Any], excl
                         field_helps.get(field.name, "").replace("%", "%%"))
 
 
-def flow_call(args: Mapping[str, Any], fn: Callable[..., Any]) -> dict[str, Any]:
+def flow_call(args: Mapping[str, Any], fn: Callable[..., Any]) -> dict[str, object]:
     """The keyword arguments of `fn` from parsed options (flow_arguments'): the set ones, with a
     dataclass parameter's fields gathered into its instance (None when none of them was given)."""
     hints = typing.get_type_hints(fn)
-    call: dict[str, Any] = {}
+    call: dict[str, object] = {}
     for name in inspect.signature(fn).parameters:
         group = _dataclass_of(hints.get(name, str))
         if group is None:
@@ -95,7 +95,7 @@ def _dataclass_of(hint: Any) -> type | None:
     return hint if isinstance(hint, type) and dataclasses.is_dataclass(hint) else None
 
 
-def given_arguments(values: dict[str, Any], exclude: tuple[str, ...] = ()) -> dict[str, Any]:
+def given_arguments(values: Mapping[str, object], exclude: tuple[str, ...] = ()) -> dict[str, object]:
     """The parameters a flow was called with that are set (not None): call with locals()."""
     return {k: v for k, v in values.items() if v is not None and k not in exclude}
 

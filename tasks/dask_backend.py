@@ -24,8 +24,8 @@ import os
 import threading
 import time
 import uuid
-from typing import Any
 
+from models.json_types import JSONObject
 from models.rl.rollout import ActorJob, RolloutBatch
 from tasks.errors import ActorError
 
@@ -74,7 +74,7 @@ class DaskBackend:
     name = "dask"
 
     def __init__(self, env_id: str, workers: int | None = None, address: str | None = None,
-                 cluster_class: str | None = None, cluster_kwargs: dict[str, Any] | None = None,
+                 cluster_class: str | None = None, cluster_kwargs: JSONObject | None = None,
                  prewarm: bool = True):
         import dask
         from distributed import Client, LocalCluster

@@ -4,9 +4,9 @@ runs behind it (typed, so a caller reads `result.checks`, not a key it has to gu
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from models.impact.progress import ImpactSummary
+from models.json_types import JSONObject
 from models.run.records import RunSummary
 from models.scheduling.training import SchedulerTrainingResult
 
@@ -18,7 +18,7 @@ class ExperimentResult:
 
     run_id: str
     plot: str
-    rows: list[dict[str, Any]]
+    rows: list[JSONObject]
 
 
 @dataclass(frozen=True)

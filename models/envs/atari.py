@@ -44,7 +44,7 @@ happens.)
 from __future__ import annotations
 
 import functools
-from typing import Any
+from collections.abc import Mapping
 
 import gymnasium as gym
 import numpy as np
@@ -177,7 +177,7 @@ def make_atari_env(env_id: str, training: bool = True, *, noop_max: int = 30, fr
     return FrameStackObservation(env, frame_stack)
 
 
-def game_score_of(info: dict[str, Any]) -> float | None:
+def game_score_of(info: Mapping[str, object]) -> float | None:
     """The real game's raw score if this step's info marks a finished game, else None."""
     score = info.get("game_score")
     return None if score is None else float(score)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 from models.billing.cost import PriceTable
 from models.envs.batch import check_env_id, env_spaces
@@ -175,11 +174,11 @@ RUN_KEYS = ("target_return", "max_env_steps", "max_wall_s", "chunk_steps", "retu
 """An IMPACT run's values that come from the preset (the env's, then its [impact_run])."""
 
 
-def impact_preset_for(env_id: str, variant: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+def impact_preset_for(env_id: str, variant: str | None = None) -> tuple[JSONObject, JSONObject]:
     """(run values, ImpactConfig values) for env_id: each layer of its preset (default, the env,
     its variant) contributes its own values and then its [impact_run] over them, and its [impact]."""
-    run: dict[str, Any] = {}
-    config: dict[str, Any] = {}
+    run: JSONObject = {}
+    config: JSONObject = {}
     for layer in preset_layers(env_id, variant):
         run.update({k: v for k, v in layer.items() if k in RUN_KEYS})
         run.update({k: v for k, v in layer.get("impact_run", {}).items() if k in RUN_KEYS})
@@ -215,7 +214,7 @@ def resolve_impact_config(workload: Workload, placement: Placement | None = None
     return cfg
 
 
-def _impact_placement(placement: Placement) -> dict[str, Any]:
+def _impact_placement(placement: Placement) -> dict[str, object]:
     """IMPACT's actors are its config's `actors` always-on processes: of a placement it takes the
     backend, a Dask cluster's address and the learner's device."""
     _check(placement.local_workers is None and placement.warm_actors is None,
@@ -223,7 +222,7 @@ def _impact_placement(placement: Placement) -> dict[str, Any]:
     options = dict(placement.backend_options or {})
     unknown = sorted(set(options) - {"dask_address"})
     _check(not unknown, f"backend option(s) {unknown} do not apply to IMPACT (only dask_address)")
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     if placement.backend is not None:
         out["backend"] = placement.backend
     if "dask_address" in options:

@@ -190,7 +190,7 @@ def markdown_table(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def finite_row(row: Mapping[str, Any]) -> dict[str, Any]:
+def finite_row(row: Mapping[str, Any]) -> JSONObject:
     """The row with its non-finite floats as None (a Prefect table artifact is JSON)."""
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
 
@@ -207,7 +207,7 @@ def metric_label(label: str) -> str:
     return re.sub(r"\s+", "_", kept.strip())
 
 
-def summary_record(summary: RunSummary) -> dict[str, Any]:
+def summary_record(summary: RunSummary) -> JSONObject:
     """A run summary without its per-round scheduler trace, for results.json."""
     record = {f.name: getattr(summary, f.name) for f in fields(summary) if f.name != "scheduler_trace"}
     record["history"] = [asdict(h) for h in summary.history]
@@ -215,7 +215,7 @@ def summary_record(summary: RunSummary) -> dict[str, Any]:
     return record
 
 
-def stripped(runs: Mapping[str, Sequence[RunSummary]]) -> dict[str, list[dict[str, Any]]]:
+def stripped(runs: Mapping[str, Sequence[RunSummary]]) -> dict[str, list[JSONObject]]:
     """Every label's summaries without their traces, for results.json."""
     return {label: [summary_record(s) for s in summaries] for label, summaries in runs.items()}
 

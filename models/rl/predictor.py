@@ -16,12 +16,13 @@ import numpy as np
 import torch
 
 from models.envs.batch import EnvSpaces
+from models.json_types import JSONObject
 from models.rl.normalization import RunningMeanStd
 from models.rl.policy import ActorCritic
 from models.run.checkpoint import PolicyArtifact, load_policy
 
 
-def spaces_to_dict(spaces: EnvSpaces) -> dict[str, Any]:
+def spaces_to_dict(spaces: EnvSpaces) -> JSONObject:
     """EnvSpaces as JSON-able plain data."""
     return {"obs_shape": list(spaces.obs_shape), "obs_dtype": np.dtype(spaces.obs_dtype).name,
             "discrete": spaces.discrete, "n_actions": spaces.n_actions,
@@ -29,7 +30,7 @@ def spaces_to_dict(spaces: EnvSpaces) -> dict[str, Any]:
             "action_high": None if spaces.action_high is None else np.asarray(spaces.action_high).tolist()}
 
 
-def spaces_from_dict(raw: dict[str, Any]) -> EnvSpaces:
+def spaces_from_dict(raw: JSONObject) -> EnvSpaces:
     def array(x):
         return None if x is None else np.asarray(x, dtype=np.float32)
 

@@ -17,6 +17,7 @@ import torch
 
 from models.envs.snapshot import EnvSnapshot
 from models.errors import ConfigError
+from models.json_types import JSONObject, StateDict
 from models.rl.normalization import Moments
 
 RUN_FORMAT, RUN_VERSION = "minionsrl.run", 2
@@ -27,13 +28,13 @@ POLICY_FORMAT, POLICY_VERSION = "minionsrl.policy", 2
 class RunCheckpoint:
     """Everything a resumed run needs after its last finished round."""
 
-    config: dict[str, Any]
+    config: JSONObject
     """RunConfig.to_dict()."""
-    learner: dict[str, Any]
+    learner: StateDict
     """Learner.state_dict(): policy, optimiser, sampling generator, normalisers."""
-    scheduler: dict[str, Any]
+    scheduler: StateDict
     """The scheduler's state_dict()."""
-    progress: dict[str, Any]
+    progress: JSONObject
     """models/run/session.py RunProgress as plain data (round index, totals, history, run id)."""
     round_metrics: dict[str, float]
     """The last round's MLflow metrics, logged after this checkpoint was written."""
@@ -84,7 +85,7 @@ def load_policy(path: str | Path) -> PolicyArtifact:
         raise ConfigError(f"{path}: not a complete policy file (missing {exc})") from None
 
 
-def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> Path:
+def save_checkpoint(path: str | Path, payload: JSONObject) -> Path:
     """Write plain data atomically: the previous file stays whole until the new one is."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -106,7 +107,7 @@ def load_checkpoint(path: str | Path) -> Any:
                           f"(refused without running it): {type(exc).__name__}: {str(exc)[:300]}") from None
 
 
-def _load(path: str | Path, fmt: str, version: int) -> dict[str, Any]:
+def _load(path: str | Path, fmt: str, version: int) -> JSONObject:
     raw = load_checkpoint(path)
     if not isinstance(raw, dict) or raw.get("format") != fmt:
         found = raw.get("format") if isinstance(raw, dict) else type(raw).__name__

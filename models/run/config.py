@@ -10,7 +10,7 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from models.billing.cost import PriceTable
 from models.errors import ConfigError
@@ -119,7 +119,7 @@ class WorkPoolBackendSpec:
     """Most warm actor servers kept between rounds (they follow recent actor counts); 0: all cold."""
     warm_subflows: bool = False
     """A warm server runs each job as an `actor` subflow (one flow run per actor in the UI)."""
-    actor_job_variables: dict[str, Any] | None = None
+    actor_job_variables: JSONObject | None = None
     """Work-pool job variables per actor flow run, e.g. {"cpu": 1, "memory": 2}."""
 
 
@@ -134,7 +134,7 @@ class DaskBackendSpec:
     """Scheduler address of a running cluster; None: a LocalCluster here."""
     dask_cluster_class: str | None = None
     """Another cluster class to start, by import path (e.g. dask_cloudprovider.azure.AzureVMCluster)."""
-    dask_cluster_kwargs: dict[str, Any] | None = None
+    dask_cluster_kwargs: JSONObject | None = None
     """Keyword arguments of that cluster class."""
 
 
@@ -142,7 +142,7 @@ BackendSpec = LocalBackendSpec | WorkPoolBackendSpec | DaskBackendSpec
 BACKEND_SPECS: dict[str, type] = {spec.name: spec for spec in (LocalBackendSpec, WorkPoolBackendSpec, DaskBackendSpec)}
 
 
-def backend_spec(name: str, options: dict[str, Any] | None = None) -> BackendSpec:
+def backend_spec(name: str, options: Mapping[str, object] | None = None) -> BackendSpec:
     """The typed spec of backend `name`; an option that does not apply to it is a ConfigError."""
     cls = BACKEND_SPECS.get(name)
     if cls is None:
@@ -159,11 +159,11 @@ def backend_spec(name: str, options: dict[str, Any] | None = None) -> BackendSpe
     return spec
 
 
-def backend_to_dict(spec: BackendSpec) -> dict[str, Any]:
+def backend_to_dict(spec: BackendSpec) -> JSONObject:
     return {"name": spec.name, **dataclasses.asdict(spec)}
 
 
-def backend_from_dict(raw: dict[str, Any]) -> BackendSpec:
+def backend_from_dict(raw: JSONObject) -> BackendSpec:
     values = dict(raw)
     return backend_spec(values.pop("name"), values)
 
@@ -332,7 +332,7 @@ class RunConfig:
         return cls(ppo=PPOConfig(**ppo), backend=backend_from_dict(values.pop("backend")),
                    prices=PriceTable.from_dict(values.pop("prices")), **values)
 
-    def with_changes(self, changes: dict[str, Any]) -> RunConfig:
+    def with_changes(self, changes: Mapping[str, object]) -> RunConfig:
         """A resumed run's configuration: only RESUMABLE_CHANGES may differ from the stored one."""
         refused = sorted(k for k, v in changes.items()
                          if k not in self.RESUMABLE_CHANGES and v != getattr(self, k))

@@ -12,6 +12,7 @@ from typing import Any
 
 from models.billing.cost import PriceTable
 from models.envs.batch import can_carry_episodes, check_env_id
+from models.json_types import JSONObject
 from models.run.config import (
     SYSTEM_CLUSTER,
     BackendSpec,
@@ -26,7 +27,7 @@ from models.scheduling.schedulers import make_scheduler
 
 
 @functools.cache
-def _preset_table() -> dict[str, Any]:
+def _preset_table() -> JSONObject:
     return tomllib.loads(resources.files("models.data").joinpath("presets.toml").read_text())
 
 
@@ -38,7 +39,7 @@ SECTIONS = ("ppo", "impact", "impact_run")
 run of the env (models/impact/config.py)."""
 
 
-def preset_layers(env_id: str, variant: str | None = None) -> list[dict[str, Any]]:
+def preset_layers(env_id: str, variant: str | None = None) -> list[JSONObject]:
     """The tables laid over each other for env_id: [default], the env's own, its variant's (an env
     without the variant is an error); each a copy, without the env's variant sub-tables."""
     table = _preset_table()
@@ -53,10 +54,10 @@ def preset_layers(env_id: str, variant: str | None = None) -> list[dict[str, Any
     return layers
 
 
-def preset_for(env_id: str, variant: str | None = None) -> dict[str, Any]:
+def preset_for(env_id: str, variant: str | None = None) -> JSONObject:
     """The PPO workload preset for env_id (other ids get the generic defaults), with `variant`'s
     values laid over it: its values and its `ppo` hyperparameters."""
-    merged: dict[str, Any] = {"ppo": {}}
+    merged: JSONObject = {"ppo": {}}
     for layer in preset_layers(env_id, variant):
         merged["ppo"].update(layer.get("ppo", {}))
         merged.update({k: v for k, v in layer.items() if k not in SECTIONS})
@@ -113,11 +114,11 @@ def resolve_parameters(given: Mapping[str, object]) -> RunConfig:
     return resolve_run_config(workload, placement, **run)
 
 
-def resolve_run_changes(given: dict[str, Any], stored: RunConfig) -> dict[str, Any]:
+def resolve_run_changes(given: Mapping[str, object], stored: RunConfig) -> dict[str, object]:
     """The train flow's parameters given on resume, as RunConfig fields that differ from the
     stored configuration (RunConfig.with_changes decides which of them a resume may make)."""
     given = dict(given)
-    changes: dict[str, Any] = {}
+    changes: dict[str, object] = {}
     if "env" in given:
         changes["env_id"] = given.pop("env")
     if "preset" in given:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
@@ -26,7 +27,7 @@ from typing import Any, NamedTuple
 import torch
 
 from models.errors import ConfigError
-from models.json_types import StateDict
+from models.json_types import JSONObject, StateDict
 from models.rl.normalization import Moments, RunningMeanStd
 from models.run.checkpoint import load_checkpoint, save_checkpoint
 from models.scheduling.agent import AgentConfig, SchedulerAgent
@@ -203,7 +204,7 @@ def _tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: v.detach().cpu().clone() for k, v in state.items()}
 
 
-def load_scheduler(path: str | Path, config_overrides: dict[str, Any] | None = None) -> LoadedScheduler:
+def load_scheduler(path: str | Path, config_overrides: Mapping[str, object] | None = None) -> LoadedScheduler:
     """(agent, normaliser constants, meta) from a checkpoint; overrides e.g. a new learning rate
     for fine-tuning. The optimiser state is kept unless the learning rate changes.
 
@@ -239,7 +240,7 @@ def load_scheduler(path: str | Path, config_overrides: dict[str, Any] | None = N
     return LoadedScheduler(agent, normaliser, meta)
 
 
-def _check_payload(payload: Any, path: Path) -> dict[str, Any]:
+def _check_payload(payload: Any, path: Path) -> JSONObject:
     """The header of a version-2 payload, after checking the payload's shape and types."""
     def bad(why: str) -> ConfigError:
         return ConfigError(f"{path} is not a scheduler checkpoint ({FORMAT} version {VERSION}): {why}")

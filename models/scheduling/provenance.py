@@ -16,7 +16,7 @@ from models.json_types import JSONObject
 from models.run.workload import WORKLOAD_FIELDS, Placement, Workload
 
 
-def _known(names: set[str], data: Any, what: str) -> dict[str, Any]:
+def _known(names: set[str], data: Any, what: str) -> JSONObject:
     """data as keyword arguments with these names; unknown keys and non-mappings are errors."""
     if not isinstance(data, Mapping):
         raise ConfigError(f"{what} must be a mapping, got {type(data).__name__}")
