@@ -9,10 +9,12 @@ field's docstring. Unset options stay None, so the flow's own defaults apply.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import inspect
 import json
 import re
+import sys
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -193,3 +195,26 @@ def with_parameter_docs(*sources: type, **docs: str) -> Callable[[Callable[..., 
         fn.__doc__ = (fn.__doc__ or "").rstrip() + "\n\n    Args:\n" + "\n".join(lines) + "\n"
         return fn
     return decorate
+
+
+def run_per_seed(flow_fn: Callable[..., Any], args: dict[str, object], check: Callable[[dict[str, object]], object],
+                 while_starting: Callable[[], None] | None = None) -> list[Any] | None:
+    """A command line's runs: one call of `flow_fn` per seed of args["seeds"] (else its "seed"),
+    on PREFECT_API_URL or a temporary API. Every seed's parameters go through `check` before the
+    API or any actor starts; bad input prints one line and gives None (the command exits 2)."""
+    from deployments.local_api import prefect_api
+    from models.errors import ConfigError
+
+    seeds = args.pop("seeds", None) or [args.pop("seed", None)]
+    args.pop("seed", None)
+    try:
+        for seed in seeds:
+            check(given_arguments({**args, "seed": seed}))
+        api = prefect_api(while_starting=while_starting)
+        api.__enter__()
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return None
+    with contextlib.ExitStack() as stack:
+        stack.push(api)
+        return [flow_fn(**args, seed=seed) for seed in seeds]

@@ -22,7 +22,6 @@ and a Placement's (where), flat, plus its own.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import sys
 import time
@@ -32,14 +31,12 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run as flow_run_context
 
-from deployments.local_api import prefect_api
 from flows import prefect_patches
 from flows.artifacts import ImpactArtifacts
-from flows.cli import flow_arguments, given_arguments, quiet_console
+from flows.cli import flow_arguments, given_arguments, quiet_console, run_per_seed
 from flows.tracking import RunTracker, default_tracking_uri, tracked_run
 from models.billing.cost import ImpactBill, bill_impact
 from models.envs.batch import env_spaces
-from models.errors import ConfigError
 from models.impact.config import ImpactRunConfig, resolve_impact_config
 from models.impact.learner import ImpactLearner
 from models.impact.progress import STOP_CHUNKS, ImpactChunkRecord, ImpactProgress, ImpactSummary
@@ -247,21 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     args = vars(parser.parse_args(argv))
     prefect_patches.install()
     quiet_console(args.pop("verbose"))
-    seeds = args.pop("seeds") or [args.pop("seed")]
-    args.pop("seed", None)
-    try:  # bad input: one line, before the temporary API or any actor starts
-        for seed in seeds:
-            prepare_impact(given_arguments({**args, "seed": seed}))
-        api = prefect_api()
-        api.__enter__()
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    summaries = run_per_seed(impact, args, prepare_impact)
+    if summaries is None:
         return 2
-    summaries = []
-    with contextlib.ExitStack() as stack:
-        stack.push(api)
-        for seed in seeds:
-            summaries.append(impact(**args, seed=seed))
     for s in summaries:
         print(f"seed {s.seed}: {s.stop_reason}, final return {s.final_return:.1f}, {s.env_steps} env steps, "
               f"{s.learner_steps} learner steps, wall {s.wall_s:.1f}s, server cluster ${s.server_cluster_cost_usd:.4f} "

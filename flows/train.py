@@ -12,7 +12,6 @@ UI's form and `prefect deployment run -p` show them (models/run/workload.py), pl
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import os
@@ -24,14 +23,12 @@ from pathlib import Path
 from prefect import flow, get_run_logger
 from prefect.runtime import flow_run as flow_run_context
 
-from deployments.local_api import prefect_api
 from flows import prefect_patches
 from flows.artifacts import RunArtifacts
-from flows.cli import flow_arguments, given_arguments, quiet_console, with_parameter_docs
+from flows.cli import flow_arguments, given_arguments, quiet_console, run_per_seed, with_parameter_docs
 from flows.rounds import run_rounds
 from flows.run_setup import RunSetup, prepare_run
 from flows.tracking import RunTracker, tracked_run
-from models.errors import ConfigError
 from models.run.checkpoint import RunCheckpoint
 from models.run.config import SYSTEM_CLUSTER, RunConfig
 from models.run.journal import RoundJournal
@@ -273,25 +270,11 @@ def main(argv: list[str] | None = None) -> int:
     args = vars(parser.parse_args(argv))
     prefect_patches.install()
     quiet_console(args.pop("verbose"))
-    seeds = args.pop("seeds") or [args.pop("seed")]
-    args.pop("seed", None)
-    try:  # bad input: one line, before the temporary API or any actor starts
-        for seed in seeds:
-            prepare_run(given_arguments({**args, "seed": seed}, exclude=("resume",)), args["resume"])
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    resume = args["resume"]
+    summaries = run_per_seed(train, args, lambda given: prepare_run({k: v for k, v in given.items() if k != "resume"},
+                                                                      resume), while_starting=warm_up)
+    if summaries is None:
         return 2
-    summaries = []
-    try:
-        api = prefect_api(while_starting=warm_up)
-        api.__enter__()
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    with contextlib.ExitStack() as stack:
-        stack.push(api)
-        for seed in seeds:
-            summaries.append(train(**args, seed=seed))
     for s in summaries:
         print(f"seed {s.seed}: {s.stop_reason} after {s.rounds} rounds, "
               f"final return {s.final_return:.1f}, {s.env_steps} env steps, "
