@@ -55,7 +55,7 @@ from models.scheduling.learned import (
     resolve_checkpoint,
     save_scheduler,
 )
-from models.scheduling.provenance import SchedulerProvenance, TrainingSession
+from models.scheduling.provenance import SchedulerProvenance, SchedulerTrainingRun
 from models.scheduling.reward import rewards_from_summary
 from models.scheduling.training import SchedulerEpisodeRecord, SchedulerTrainingResult
 
@@ -130,7 +130,7 @@ class SchedulerTraining:
 
     agent: SchedulerAgent
     meta: SchedulerProvenance
-    entry: TrainingSession
+    entry: SchedulerTrainingRun
     """This run's entry in meta.trained_on (its workload, placement and seeds)."""
     done: int
     """Episodes done (a resumed training starts after them)."""
@@ -232,7 +232,7 @@ def start_training(tracker: RunTracker, workload: Workload, placement: Placement
               "placement": placement.to_json()}
     run_id = tracker.start(experiment, f"scheduler__{workload.env}__{mode}__{seed}", params=params,
                            tags={"minionsrl.kind": "scheduler-training", "minionsrl.scheduler_init": mode})
-    entry = TrainingSession(env=workload.env, mlflow_run_id=run_id, seed=seed, mode=mode, workload=workload,
+    entry = SchedulerTrainingRun(env=workload.env, mlflow_run_id=run_id, seed=seed, mode=mode, workload=workload,
                             placement=placement, beta=float(overrides["beta"]),
                             cost_weight=float(overrides["cost_weight"]), batch_episodes=batch_episodes,
                             common_seeds=common_seeds)

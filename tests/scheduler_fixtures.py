@@ -11,7 +11,7 @@ from models.run.workload import Workload
 from models.scheduling.agent import Episode, SchedulerAgent
 from models.scheduling.features import RoundState, StateNormaliser
 from models.scheduling.learned import LearnedScheduler
-from models.scheduling.provenance import TrainingSession
+from models.scheduling.provenance import SchedulerTrainingRun
 from models.scheduling.reward import episode_rewards
 
 
@@ -109,7 +109,7 @@ def some_states(n: int = 12) -> list[RoundState]:
             for k in range(n)]
 
 
-def trained_session(env: str, episodes: int = 0) -> TrainingSession:
+def trained_session(env: str, episodes: int = 0) -> SchedulerTrainingRun:
     """A `trained_on` entry for a checkpoint made in a test."""
-    return TrainingSession(env=env, mlflow_run_id="test", seed=0, mode="scratch",
+    return SchedulerTrainingRun(env=env, mlflow_run_id="test", seed=0, mode="scratch",
                            workload=Workload(env=env), beta=0.1, batch_episodes=1, episodes=episodes)

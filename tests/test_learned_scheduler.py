@@ -28,7 +28,7 @@ from models.scheduling.learned import (
     save_scheduler,
     shipped_checkpoint,
 )
-from models.scheduling.provenance import SchedulerProvenance, TrainingSession
+from models.scheduling.provenance import SchedulerProvenance, SchedulerTrainingRun
 from models.scheduling.schedulers import make_scheduler
 from tests.scheduler_fixtures import SyntheticRounds, some_states, train_on, trained_session
 
@@ -291,7 +291,7 @@ def test_a_checkpoint_off_its_schema_is_refused_naming_the_file(tmp_path, change
 
 def test_the_provenance_must_be_json(tmp_path):
     workload = Workload(env="CartPole-v1", ppo={"when": object()})
-    session = TrainingSession("CartPole-v1", "run", 0, "scratch", workload, beta=0.1, batch_episodes=1)
+    session = SchedulerTrainingRun("CartPole-v1", "run", 0, "scratch", workload, beta=0.1, batch_episodes=1)
     with pytest.raises(ConfigError, match="JSON"):
         save_scheduler(tmp_path / "s.pt", SchedulerAgent(4, seed=0), meta=SchedulerProvenance([session]))
 

@@ -8,7 +8,7 @@ import pytest
 
 from models.errors import ConfigError
 from models.run.workload import Placement, Workload
-from models.scheduling.provenance import SchedulerProvenance, TrainingSession
+from models.scheduling.provenance import SchedulerProvenance, SchedulerTrainingRun
 
 # The trained_on entry of models/data/schedulers/cartpole-v2.pt, written before the reward's
 # cost term and the workload's backend existed.
@@ -30,8 +30,8 @@ def test_an_older_entry_reads_with_the_time_only_reward_and_the_default_backend(
 def test_the_provenance_round_trips_through_json():
     workload = Workload(env="Hopper-v5", i_max=16, preset="locomotion", ppo={"learning_rate": 1e-4})
     placement = Placement(backend="dask", backend_options={"dask_address": "tcp://10.0.0.5:8786"})
-    sessions = [TrainingSession.from_json(STORED),
-                TrainingSession("Hopper-v5", "h1", 7, "finetune", workload, beta=0.05, batch_episodes=2,
+    sessions = [SchedulerTrainingRun.from_json(STORED),
+                SchedulerTrainingRun("Hopper-v5", "h1", 7, "finetune", workload, beta=0.05, batch_episodes=2,
                                 cost_weight=3000.0, episodes=10, wall_s=812.5, placement=placement)]
     meta = SchedulerProvenance(sessions, fine_tuned_from="cartpole-v2", episodes_done=10, updates=5)
     again = SchedulerProvenance.from_json(json.loads(json.dumps(meta.to_json())))
@@ -43,7 +43,7 @@ def test_the_provenance_round_trips_through_json():
 def test_an_entry_written_with_its_placement_inside_the_workload_reads_it_out():
     legacy = {**STORED, "workload": {**STORED["workload"], "backend": "dask", "local_workers": 3,
                                      "backend_options": {"dask_address": "tcp://h:8786"}}}
-    session = TrainingSession.from_json(legacy)
+    session = SchedulerTrainingRun.from_json(legacy)
     assert session.placement == Placement(backend="dask", backend_options={"dask_address": "tcp://h:8786"},
                                           local_workers=3)
     assert session.workload == Workload(env="CartPole-v1", i_max=32, target_return=475.0)

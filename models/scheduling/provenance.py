@@ -44,7 +44,7 @@ TRAINING_MODES = ("scratch", "finetune")
 
 
 @dataclass
-class TrainingSession:
+class SchedulerTrainingRun:
     """One `train-scheduler` run that trained the checkpoint (an entry of its `trained_on`)."""
 
     env: str
@@ -80,7 +80,7 @@ class TrainingSession:
         return {**asdict(self), "workload": self.workload.to_json(), "placement": self.placement.to_json()}
 
     @classmethod
-    def from_json(cls, data: object) -> TrainingSession:
+    def from_json(cls, data: object) -> SchedulerTrainingRun:
         values = _known({f.name for f in fields(cls)}, data, "trained_on entry")
         missing = sorted(f.name for f in fields(cls)
                          if f.default is MISSING and f.default_factory is MISSING and f.name not in values)
@@ -96,14 +96,14 @@ class TrainingSession:
 class SchedulerProvenance:
     """Everything a checkpoint records about its training, oldest run first."""
 
-    trained_on: list[TrainingSession] = field(default_factory=list)
+    trained_on: list[SchedulerTrainingRun] = field(default_factory=list)
     fine_tuned_from: str | None = None
     """The scheduler the latest fine-tuning run started from (path, packaged name or MLflow URI)."""
     episodes_done: int = 0
     """Episodes of the latest run when the checkpoint was written: where a resume continues."""
     updates: int = 0
 
-    def session(self, mlflow_run_id: str) -> TrainingSession | None:
+    def session(self, mlflow_run_id: str) -> SchedulerTrainingRun | None:
         return next((s for s in self.trained_on if s.mlflow_run_id == mlflow_run_id), None)
 
     @property
@@ -126,7 +126,7 @@ class SchedulerProvenance:
         trained_on = values.get("trained_on") or []
         if not isinstance(trained_on, list):
             raise ConfigError("scheduler provenance: trained_on must be a list")
-        return cls(trained_on=[TrainingSession.from_json(s) for s in trained_on],
+        return cls(trained_on=[SchedulerTrainingRun.from_json(s) for s in trained_on],
                    fine_tuned_from=values.get("fine_tuned_from"),
                    episodes_done=int(progress.get("episodes_done", 0)), updates=int(progress.get("updates", 0)))
 
