@@ -201,18 +201,9 @@ def chunk_figures(training: _Training, metrics: dict[str, float], task_s: float)
     """Add a chunk's wall time, bill and orchestration to its metrics; the bill so far."""
     wall_s = time.time() - training.clock.started_at
     bill = training_bill(training, wall_s)
-    metrics.update({
-        "time/total_wall_s": wall_s,
-        "time/task_overhead_s": max(task_s - metrics["time/chunk_body_s"], 0.0),
-        "cost/total_usd": bill.server_cluster_usd,
-        "cost/server_cluster_usd": bill.server_cluster_usd,
-        "cost/server_cluster_no_startup_usd": bill.server_cluster_no_startup_usd,
-        "cost/always_on_pool_usd": bill.always_on_pool_usd,
-        "cost/serverless_total_usd": bill.serverless_usd,
-        "cost/serverless_actors_usd": bill.serverless_actors_usd,
-        "cost/serverless_learner_usd": bill.serverless_learner_usd,
-        "cost/learner_on_cuda": float(training.learner.device.type == "cuda"),
-    })
+    metrics.update({"time/total_wall_s": wall_s,
+                    "time/task_overhead_s": max(task_s - metrics["time/chunk_body_s"], 0.0),
+                    "cost/learner_on_cuda": float(training.learner.device.type == "cuda"), **bill.metrics()})
     # Orchestration so far: every chunk task's Prefect overhead plus MLflow logging (the earlier
     # chunks'; this chunk's own log is counted with the next one and in the summary).
     training.orchestration_s += metrics["time/task_overhead_s"]

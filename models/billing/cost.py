@@ -302,6 +302,15 @@ class ImpactBill:
     def serverless_usd(self) -> float:
         return self.serverless_actors_usd + self.serverless_learner_usd
 
+    def metrics(self) -> dict[str, float]:
+        """The bill as MLflow metrics, with PPO's names where they mean the same (cost/total_usd:
+        what the run costs, here the server cluster with its start-up)."""
+        return {"cost/total_usd": self.server_cluster_usd, "cost/server_cluster_usd": self.server_cluster_usd,
+                "cost/server_cluster_no_startup_usd": self.server_cluster_no_startup_usd,
+                "cost/always_on_pool_usd": self.always_on_pool_usd, "cost/serverless_total_usd": self.serverless_usd,
+                "cost/serverless_actors_usd": self.serverless_actors_usd,
+                "cost/serverless_learner_usd": self.serverless_learner_usd}
+
 
 def bill_impact(wall_s: float, actors: int, actor_busy_s: float, learner_s: float,
                 learner_device: str, prices: PriceTable) -> ImpactBill:
