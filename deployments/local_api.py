@@ -185,8 +185,9 @@ def prefect_api(timeout_s: float = 120.0, while_starting: Callable[[], None] | N
 @contextlib.contextmanager
 def _temporary_server(port: int, api_url: str, env: dict[str, str], timeout_s: float,
                       while_starting: Callable[[], None] | None) -> Iterator[str]:
+    # its own session: a terminal's Ctrl-C reaches the training, which ends the server in order
     process = subprocess.Popen([sys.executable, "-m", "deployments.local_api", "--port", str(port),
-                                "--parent-pid", str(os.getpid())], env=env)
+                                "--parent-pid", str(os.getpid())], env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + timeout_s
         if while_starting:

@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from deployments.local_api import DATABASE_ENV, DATABASES, database_choice, drain_prefect_workers
+from deployments.processes import die_with_parent
 from models.errors import ConfigError
 from models.run.config import WorkPoolBackendSpec
 
@@ -114,8 +115,9 @@ class PrefectStack:
 
     def _spawn(self, name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
         log = open(self.logs / f"{name}.log", "wb")  # noqa: SIM115 (closed with the process)
+        # its own session (a terminal's Ctrl-C is ours to act on), and it dies with us
         process = subprocess.Popen(list(args), cwd=ROOT, env=env or self.env, stdout=log,
-                                   stderr=subprocess.STDOUT)
+                                   stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent())
         self.processes.append(process)
         return process
 

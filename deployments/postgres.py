@@ -24,7 +24,6 @@ equal terms. A crash can lose the last few hundred ms of commits, never consiste
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import pwd
 import secrets
@@ -37,6 +36,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from deployments.processes import die_with_parent
 from models.errors import ConfigError
 
 NEEDED = ("initdb", "postgres", "pg_isready", "createdb")
@@ -93,12 +93,6 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _die_with_parent() -> None:
-    """In the child after the uid switch (a credential change clears the parent-death signal)."""
-    PR_SET_PDEATHSIG = 1
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGQUIT)
-
-
 def _run(args: list[str], who: RunAs, cwd: Path, log: Path) -> None:
     with open(log, "ab") as out:
         proc = subprocess.run(args, cwd=cwd, user=who.uid, group=who.gid,
@@ -151,7 +145,7 @@ def temporary_postgres(timeout_s: float = 60.0) -> Iterator[str]:
             cwd=folder, user=who.uid, group=who.gid, extra_groups=[] if who.uid is not None else None,
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True,  # a terminal's Ctrl-C reaches us, and we stop it in order
-            preexec_fn=_die_with_parent)
+            preexec_fn=die_with_parent(signal.SIGQUIT))  # after the uid switch, which clears it
         out.close()
         deadline = time.monotonic() + timeout_s
         while subprocess.run([str(bindir / "pg_isready"), "-q", "-h", str(folder), "-p", str(port)],

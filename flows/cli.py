@@ -9,7 +9,6 @@ field's docstring. Unset options stay None, so the flow's own defaults apply.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import inspect
 import json
@@ -198,23 +197,31 @@ def with_parameter_docs(*sources: type, **docs: str) -> Callable[[Callable[..., 
 
 
 def run_per_seed(flow_fn: Callable[..., Any], args: dict[str, object], check: Callable[[dict[str, object]], object],
-                 while_starting: Callable[[], None] | None = None) -> list[Any] | None:
+                 while_starting: Callable[[], None] | None = None) -> tuple[int, list[Any]]:
     """A command line's runs: one call of `flow_fn` per seed of args["seeds"] (else its "seed"),
-    on PREFECT_API_URL or a temporary API. Every seed's parameters go through `check` before the
-    API or any actor starts; bad input prints one line and gives None (the command exits 2)."""
+    on PREFECT_API_URL or a temporary API; (exit status, the runs' results).
+
+    Every seed's parameters go through `check` before the API or any actor starts: bad input
+    prints one line (status 2). Ctrl-C stops the run in flight as SIGTERM would (flows/interrupts.py;
+    status 130, the results of the runs finished before it)."""
     from deployments.local_api import prefect_api
+    from flows.interrupts import EXIT_INTERRUPTED, stop_on_interrupt
     from models.errors import ConfigError
 
     seeds = args.pop("seeds", None) or [args.pop("seed", None)]
     args.pop("seed", None)
-    try:
-        for seed in seeds:
-            check(given_arguments({**args, "seed": seed}))
-        api = prefect_api(while_starting=while_starting)
-        api.__enter__()
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return None
-    with contextlib.ExitStack() as stack:
-        stack.push(api)
-        return [flow_fn(**args, seed=seed) for seed in seeds]
+    results: list[Any] = []
+    with stop_on_interrupt():
+        try:
+            for seed in seeds:
+                check(given_arguments({**args, "seed": seed}))
+            with prefect_api(while_starting=while_starting):
+                for seed in seeds:
+                    results.append(flow_fn(**args, seed=seed))
+        except ConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2, results
+        except KeyboardInterrupt as exc:  # flows/interrupts.py Interrupted, or one Prefect re-raised
+            print(f"stopped: {exc or 'interrupted (Ctrl-C)'}", file=sys.stderr)
+            return EXIT_INTERRUPTED, results
+    return 0, results

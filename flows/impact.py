@@ -31,7 +31,7 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run as flow_run_context
 
-from flows import prefect_patches
+from flows import interrupts, prefect_patches
 from flows.artifacts import ImpactArtifacts
 from flows.cli import flow_arguments, given_arguments, quiet_console, run_per_seed
 from flows.tracking import RunTracker, default_tracking_uri, tracked_run
@@ -65,7 +65,7 @@ class _Training:
 def learn_chunk(training: _Training, chunk: int) -> dict[str, float]:
     """Up to chunk_steps IMPACT learner steps on the fragments the actors stream in."""
     return learn_chunk_body(training.learner, training.pool, training.progress, training.clock,
-                            training.cfg.chunk_steps)
+                            training.cfg.chunk_steps, check=interrupts.check)
 
 
 def impact_run_name() -> str:
@@ -152,12 +152,14 @@ def run_impact(cfg: ImpactRunConfig, learner: ImpactLearner, tracker: RunTracker
     clock = ChunkClock(started_at=time.time())  # the cluster's wall time starts with its actors
     pool_class = DaskImpactActorPool if cfg.backend == "dask" else ImpactActorPool
     options = {"address": cfg.dask_address} if cfg.backend == "dask" else {}
-    with pool_class(cfg.env_id, cfg.impact, len(learner.weights_vector()), cfg.seed, **options) as pool:
+    with pool_class(cfg.env_id, cfg.impact, len(learner.weights_vector()), cfg.seed, **options) as pool, \
+            interrupts.deferred(abandon=pool.close):  # a Ctrl-C: raised at the checks, the actors closed
         pool.publish(learner.weights_vector(), learner.version, learner.norm_state())
         progress = ImpactProgress(cfg.target_return, cfg.max_env_steps, cfg.max_wall_s, cfg.return_window)
         training = _Training(cfg, learner, pool, progress, clock)
         chunk = 0
         while progress.stop_reason is None:
+            interrupts.check()
             t0 = time.perf_counter()
             metrics = learn_chunk(training, chunk)
             bill = chunk_figures(training, metrics, time.perf_counter() - t0)
@@ -235,9 +237,9 @@ def main(argv: list[str] | None = None) -> int:
     args = vars(parser.parse_args(argv))
     prefect_patches.install()
     quiet_console(args.pop("verbose"))
-    summaries = run_per_seed(impact, args, prepare_impact)
-    if summaries is None:
-        return 2
+    status, summaries = run_per_seed(impact, args, prepare_impact)
+    if status == 2:
+        return status
     for s in summaries:
         print(f"seed {s.seed}: {s.stop_reason}, final return {s.final_return:.1f}, {s.env_steps} env steps, "
               f"{s.learner_steps} learner steps, wall {s.wall_s:.1f}s, server cluster ${s.server_cluster_cost_usd:.4f} "
@@ -245,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
               f"orchestration {100 * s.orchestration_frac:.1f}% of wall, actors replaced {s.actor_replacements}")
     if summaries:
         print(f"\nMLflow store: {summaries[0].tracking_uri}")
-    return 0
+    return status
 
 
 if __name__ == "__main__":

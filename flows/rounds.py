@@ -12,6 +12,7 @@ from pathlib import Path
 from prefect import flow, get_run_logger, unmapped
 from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
+from flows import interrupts
 from flows.prefect_patches.lean_subflow import lean_start
 from flows.prefect_patches.shared_task_runner import SharedThreadPoolTaskRunner, results_of
 from flows.tracking import RunTracker
@@ -51,7 +52,8 @@ def round_flow(session: TrainingSession, backend: ActorBackend, journal: RoundJo
         body_started = time.perf_counter()
         jobs = session.jobs(actors, session.learner.weights())
         results = results_of(rollout.map(unmapped(backend), jobs, timeout_s=unmapped(cfg.actor_timeout_s),
-                                         retries=unmapped(cfg.actor_retries), journal=unmapped(journal)))
+                                         retries=unmapped(cfg.actor_retries), journal=unmapped(journal)),
+                             check=interrupts.check)  # a Ctrl-C abandons the round here
         batches = [r for r in results if isinstance(r, RolloutBatch)]
         failures = [r for r in results if isinstance(r, ActorFailure)]
         needed = math.ceil(cfg.quorum * actors)
@@ -86,9 +88,13 @@ def run_rounds(session: TrainingSession, backend: ActorBackend, tracker: RunTrac
     with contextlib.ExitStack() as stack:
         stack.callback(task_runner.close)
         stack.enter_context(temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}))
+        # a Ctrl-C closes the backend (the round in flight ends) and is raised at the loop's checks
+        stack.enter_context(interrupts.deferred(abandon=backend.close))
         while session.stop_reason is None:
+            interrupts.check()
             k = session.round_index
             actors = schedule(session.scheduler, session.state())
+            interrupts.check()
             if not session.admit_round(actors):
                 logger.info("stopped by the %s", session.progress.stop_detail)
                 break
@@ -98,6 +104,7 @@ def run_rounds(session: TrainingSession, backend: ActorBackend, tracker: RunTrac
             try:
                 batches, failed_billed_s, stats = run_round(round_index=k, actors=actors)
             except RoundFailedError as exc:  # the failures still count, in MLflow too
+                interrupts.check()  # actors closed by a Ctrl-C: the user's stop, not a failure
                 tracker.log_metrics({"rollout/actor_failures": float(exc.failed),
                                      "rollout/batches": float(exc.returned)}, step=k)
                 raise

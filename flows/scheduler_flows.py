@@ -36,7 +36,7 @@ from prefect.runtime import flow_run as flow_run_context
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from deployments.local_api import prefect_api
-from flows import prefect_patches
+from flows import interrupts, prefect_patches
 from flows.artifacts import EpisodeArtifacts
 from flows.cli import flow_arguments, flow_call, quiet_console
 from flows.run_setup import fetch_scheduler_checkpoint
@@ -353,13 +353,18 @@ def main(argv: list[str] | None = None) -> int:
     args = vars(parser.parse_args(argv))
     prefect_patches.install()
     quiet_console(args.pop("verbose"))  # one line per episode and round; everything still reaches Prefect
-    with prefect_api():
-        if args.pop("command") == "train":
-            result = train_scheduler(**flow_call(args, train_scheduler.fn))
-        else:
-            own = flow_call(args, finetune_scheduler.fn)
-            more = flow_call(args, train_scheduler.fn)
-            result = finetune_scheduler(**own, **{k: v for k, v in more.items() if k not in own})
+    with interrupts.stop_on_interrupt():
+        try:
+            with prefect_api():
+                if args.pop("command") == "train":
+                    result = train_scheduler(**flow_call(args, train_scheduler.fn))
+                else:
+                    own = flow_call(args, finetune_scheduler.fn)
+                    more = flow_call(args, train_scheduler.fn)
+                    result = finetune_scheduler(**own, **{k: v for k, v in more.items() if k not in own})
+        except KeyboardInterrupt as exc:  # Ctrl-C: the episode in flight stopped; resume with --resume-run-id
+            print(f"stopped: {exc or 'interrupted (Ctrl-C)'}; continue with --resume-run-id", file=sys.stderr)
+            return interrupts.EXIT_INTERRUPTED
     for e in result.episodes:
         print(f"episode {e.episode:3d}: reward {e.reward:9.2f}  reached {e.target_reached!s:5}  "
               f"rounds {e.rounds:3d}  time {e.time_to_stop_s:7.2f}s  cost ${e.cost_usd:.5f}  "

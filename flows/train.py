@@ -271,10 +271,10 @@ def main(argv: list[str] | None = None) -> int:
     prefect_patches.install()
     quiet_console(args.pop("verbose"))
     resume = args["resume"]
-    summaries = run_per_seed(train, args, lambda given: prepare_run({k: v for k, v in given.items() if k != "resume"},
+    status, summaries = run_per_seed(train, args, lambda given: prepare_run({k: v for k, v in given.items() if k != "resume"},
                                                                       resume), while_starting=warm_up)
-    if summaries is None:
-        return 2
+    if status == 2:
+        return status
     for s in summaries:
         print(f"seed {s.seed}: {s.stop_reason} after {s.rounds} rounds, "
               f"final return {s.final_return:.1f}, {s.env_steps} env steps, "
@@ -286,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nMLflow store: {summaries[0].tracking_uri}\n"
               f"  look: mlflow ui --backend-store-uri {summaries[0].tracking_uri} "
               "--host 127.0.0.1 --port 5000, then open http://127.0.0.1:5000")
-    return 0
+    return status
 
 
 if __name__ == "__main__":

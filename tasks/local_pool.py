@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import signal
 import threading
 import time
 import traceback
@@ -33,6 +34,7 @@ def _worker_main(conn: Connection, warm_env_id: str | None, environ: dict[str, s
 
     environ: the parent's environment when it started this worker (a fork server's own is
     the one it had when it started, which can be older)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the training's to act on
     os.environ.clear()
     os.environ.update(environ)
     os.environ.setdefault("OMP_NUM_THREADS", "1")

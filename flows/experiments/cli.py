@@ -7,9 +7,10 @@ placement's fields (--env, --target-return, ..., --backend) and the flow's own (
 from __future__ import annotations
 
 import argparse
+import sys
 
 from deployments.local_api import prefect_api
-from flows import prefect_patches
+from flows import interrupts, prefect_patches
 from flows.cli import flow_arguments, flow_call, quiet_console
 from flows.experiments.actors_curve import actors_curve
 from flows.experiments.compare import compare_schedulers
@@ -38,8 +39,13 @@ def main(argv: list[str] | None = None) -> int:
     prefect_patches.install()
     quiet_console(args.pop("verbose"))  # one line per round and per run; everything still reaches Prefect
     experiment_flow = FLOWS[args.pop("command")]
-    with prefect_api():
-        result = experiment_flow(**flow_call(args, experiment_flow.fn))
+    with interrupts.stop_on_interrupt():
+        try:
+            with prefect_api():
+                result = experiment_flow(**flow_call(args, experiment_flow.fn))
+        except KeyboardInterrupt as exc:  # Ctrl-C: the run in flight stopped; resume with --resume-run-id
+            print(f"stopped: {exc or 'interrupted (Ctrl-C)'}; continue with --resume-run-id", file=sys.stderr)
+            return interrupts.EXIT_INTERRUPTED
     print(markdown_table(result.rows))
     print(f"\nplot: {result.plot} (MLflow parent run {result.run_id})")
     return 0

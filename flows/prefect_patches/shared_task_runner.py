@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -81,10 +82,16 @@ class SharedThreadPoolTaskRunner(ThreadPoolTaskRunner):
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
-def results_of(futures: list[PrefectFuture]) -> list[Any]:
+def results_of(futures: list[PrefectFuture], check: Callable[[], None] | None = None) -> list[Any]:
     """[f.result() for f in futures], in order: a Completed state's in-memory result is read
     where it is (prefect/states.py `_get_state_result` reads `state.data.result` for a
-    ResultRecord); anything else (a failure, a persisted result) goes through f.result()."""
+    ResultRecord); anything else (a failure, a persisted result) goes through f.result().
+    While waiting, `check()` runs every 0.1 s and may raise (a Ctrl-C: flows/interrupts.py)."""
+    if check is not None:
+        pending = {f.wrapped_future for f in futures}
+        while pending:
+            check()
+            pending = concurrent.futures.wait(pending, timeout=0.1).not_done
     results = []
     for future in futures:
         future.wait()

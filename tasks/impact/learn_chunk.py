@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,12 +27,13 @@ class ChunkClock:
 
 
 def learn_chunk(learner: ImpactLearner, pool: FragmentInbox, progress: ImpactProgress,
-                clock: ChunkClock, steps: int, wait_s: float = 0.5) -> dict[str, float]:
+                clock: ChunkClock, steps: int, wait_s: float = 0.5,
+                check: Callable[[], None] | None = None) -> dict[str, float]:
     """Up to `steps` learner steps, stopping early when a stop rule holds; the chunk's figures.
 
     The learner takes every fragment that has arrived, steps once a full batch is in the buffer
     (otherwise waits for actors: reuse is bounded, so a learner faster than its actors idles),
-    and publishes its new weights after every step.
+    and publishes its new weights after every step. `check` runs before every step and may raise.
     """
     t_body = time.perf_counter()
     cfg = learner.cfg
@@ -43,6 +45,8 @@ def learn_chunk(learner: ImpactLearner, pool: FragmentInbox, progress: ImpactPro
     wait_total = 0.0
     done = 0
     while done < steps and progress.check(time.time() - clock.started_at) is None:
+        if check is not None:
+            check()  # may raise: a Ctrl-C stops the chunk here
         pool.check_health()
         need_wait = len(learner.buffer) < cfg.batch_fragments
         t_wait = time.perf_counter()

@@ -15,6 +15,7 @@ import contextlib
 import multiprocessing
 import os
 import queue
+import signal
 import threading
 import time
 import traceback
@@ -35,6 +36,7 @@ _READY, _FRAGMENT, _ERROR = "ready", "fragment", "error"
 def _worker_main(conn: Connection, env_id: str, cfg: ImpactConfig, seed: int, actor_index: int,
                  generation: int, weights, norm_values, version, lock, stop) -> None:
     """A worker's life: build its actor once, then sample fragments until stopped."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the training's to act on
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     try:
         actor = ImpactActor(env_id, cfg, seed, actor_index, generation)
