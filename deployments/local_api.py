@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import os
 import shutil
 import signal
@@ -60,39 +61,49 @@ SERVER_DEFAULTS = {
 DB_TEMPLATE_ENV = "MINIONSRL_PREFECT_DB_TEMPLATE"
 
 
-def seed_sqlite_database() -> None:
-    """Start a new SQLite database from a migrated copy, when $MINIONSRL_PREFECT_DB_TEMPLATE
-    names one: Prefect's migrations of a new database take ~10 s of a server's 16 s start here,
-    and the test suite starts a dozen fresh servers. When the template file is missing, migrate
-    here and save it (written whole, then renamed, so a concurrent server never reads half of
-    it). The server's own start-up migration then finds the database at head."""
-    template = os.environ.get(DB_TEMPLATE_ENV)
-    if not template:
-        return
+def prepare_sqlite_database() -> None:
+    """A new SQLite database, created once however many servers start on it at once: under an
+    exclusive lock beside it, the first to come migrates it (or copies the migrated template
+    $MINIONSRL_PREFECT_DB_TEMPLATE names, ~10 s of a server's 16 s start here); the others wait,
+    then find it at head, as their own start-up migration does. (Three first trainings on a new
+    PREFECT_HOME used to race to create it, and one or two servers exited with code 3.)"""
     from prefect.settings import get_current_settings
 
     url = get_current_settings().server.database.connection_url.get_secret_value()
     if not url.startswith("sqlite") or ":memory:" in url:
         return
     database = Path(url.split("///", 1)[1].split("?", 1)[0])
-    if database.exists():
-        return
-    template_path = Path(template)
-    if template_path.exists():
-        shutil.copyfile(template_path, database)
-        return
+    database.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{database}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if database.exists():
+            return
+        template = os.environ.get(DB_TEMPLATE_ENV)
+        if template and Path(template).exists():
+            shutil.copyfile(template, database)
+            return
+        _migrate()
+        if template:
+            _save_template(database, Path(template))
+
+
+def _migrate() -> None:
     import asyncio
 
     from prefect.server.database import provide_database_interface
 
     asyncio.run(provide_database_interface().create_db())
-    partial = template_path.with_name(f"{template_path.name}.{os.getpid()}.part")
-    template_path.parent.mkdir(parents=True, exist_ok=True)
+
+
+def _save_template(database: Path, template: Path) -> None:
+    """A migrated copy for the next new database (written whole, then renamed)."""
+    partial = template.with_name(f"{template.name}.{os.getpid()}.part")
+    template.parent.mkdir(parents=True, exist_ok=True)
     # SQLite's backup API reads the database as committed, WAL included
     with contextlib.closing(sqlite3.connect(database)) as source, \
             contextlib.closing(sqlite3.connect(partial)) as copy:
         source.backup(copy)
-    os.replace(partial, template_path)
+    os.replace(partial, template)
 
 
 def serve(port: int, all_services: bool = False) -> None:
@@ -107,7 +118,7 @@ def serve(port: int, all_services: bool = False) -> None:
     import uvicorn
 
     sqlite_server.install()
-    seed_sqlite_database()
+    prepare_sqlite_database()
     from prefect.server.api.server import create_app
 
     uvicorn.run(create_app(ephemeral=not all_services, final=True), host="127.0.0.1", port=port,

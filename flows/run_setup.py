@@ -9,13 +9,16 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from flows.tracking import default_tracking_uri, project_root
+from flows.tracking import RunTracker, default_tracking_uri, project_root
 from models.errors import ConfigError
-from models.run.checkpoint import RunCheckpoint, load_run_checkpoint
 from models.run.config import RunConfig
 from models.run.presets import resolve_parameters, resolve_run_changes
-from models.scheduling.learned import is_learned_spec, is_mlflow_uri, parse_learned_spec
+from models.scheduling.learned_spec import is_learned_spec, is_mlflow_uri, parse_learned_spec
+
+if TYPE_CHECKING:
+    from models.run.checkpoint import RunCheckpoint
 
 
 def fetch_scheduler_checkpoint(ref: str, tracking_uri: str, dest: str | Path) -> Path:
@@ -69,11 +72,18 @@ def prepare_run(given: dict[str, object], resume: str | None) -> RunSetup:
     with only the changes a resume may make.
     """
     if resume:
+        if not Path(resume).is_file():  # a FIFO or a folder would hang or fail deep in torch.load
+            raise ConfigError(f"resume: {resume} is not a checkpoint file (checkpoints/<run id>/latest.pt)")
+        from models.run.checkpoint import load_run_checkpoint  # torch: only when resuming
+
         checkpoint = load_run_checkpoint(resume)
         stored = RunConfig.from_dict(checkpoint.config)
         changes = resolve_run_changes(given, stored)
-        return RunSetup(stored.with_changes(changes), checkpoint, changes)
+        config = stored.with_changes(changes)
+        RunTracker(config.tracking_uri).check_reachable()
+        return RunSetup(config, checkpoint, changes)
     given.setdefault("tracking_uri", default_tracking_uri())
+    RunTracker(str(given["tracking_uri"])).check_reachable()  # in seconds, before anything starts
     given.setdefault("checkpoint_dir", str(project_root() / "checkpoints"))
     source = given.get("scheduler")
     given["scheduler"] = localise_scheduler_spec(source, given["tracking_uri"],

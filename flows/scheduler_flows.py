@@ -48,13 +48,8 @@ from models.run.presets import resolve_run_config
 from models.run.records import RunSummary
 from models.run.workload import Placement, Workload, workload_env
 from models.scheduling.agent import AgentConfig, Episode, SchedulerAgent
-from models.scheduling.learned import (
-    SHIPPED,
-    is_mlflow_uri,
-    load_scheduler,
-    resolve_checkpoint,
-    save_scheduler,
-)
+from models.scheduling.learned import load_scheduler, resolve_checkpoint, save_scheduler
+from models.scheduling.learned_spec import SHIPPED, is_mlflow_uri
 from models.scheduling.provenance import SchedulerProvenance, SchedulerTrainingRun
 from models.scheduling.reward import rewards_from_summary
 from models.scheduling.training import SchedulerEpisodeRecord, SchedulerTrainingResult

@@ -13,13 +13,13 @@ import urllib.request
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-
-from mlflow.entities import Metric, Param
-from mlflow.exceptions import MlflowException
-from mlflow.tracking import MlflowClient
+from typing import TYPE_CHECKING
 
 from models.errors import ConfigError
-from models.report.run_report import MODEL_TRAINING_UI
+
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
+# MLflow itself (1.2 s to import) loads when a run is opened, not when a command line checks its input
 
 REACH_TIMEOUT_S = 5.0
 EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
@@ -148,6 +148,8 @@ class RunTracker:
         A new SQLite store is created under a file lock: several trainings started at once on
         one new store would otherwise race to create its schema, and all but one fail."""
         if self._client is None:
+            from mlflow.tracking import MlflowClient
+
             with self._store_lock():
                 client = MlflowClient(self.tracking_uri)
                 client.search_experiments(max_results=1)
@@ -155,6 +157,8 @@ class RunTracker:
 
     def require_run(self, run_id: str) -> None:
         """The run a resume continues must exist in this store (checked before actors start)."""
+        from mlflow.exceptions import MlflowException
+
         try:
             self.client.get_run(run_id)
         except MlflowException as exc:
@@ -214,6 +218,8 @@ class RunTracker:
                 self._mark_training_experiment(found.tags)
         run = self.client.create_run(self.experiment_id, run_name=run_name, tags=tags)
         self.run_id = run.info.run_id
+        from mlflow.entities import Param
+
         flat = flatten(params)
         items = [Param(k, v[:6000]) for k, v in flat.items()]
         for i in range(0, len(items), 100):
@@ -228,6 +234,8 @@ class RunTracker:
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         """Queue one step's metrics for the writer thread (timestamped now)."""
+        from mlflow.entities import Metric
+
         now = int(time.time() * 1000)
         batch = [Metric(k, float(v), now, step) for k, v in metrics.items()
                  if v is not None and math.isfinite(float(v))]
@@ -277,6 +285,8 @@ class RunTracker:
             raise unwritten
 
     def run_url_hint(self) -> str:
+        from models.report.run_report import MODEL_TRAINING_UI
+
         return (f"mlflow ui --backend-store-uri {self.tracking_uri} --host 127.0.0.1 "
                 f"(experiment {self.experiment_id}, run {self.run_id}; the runs with their key "
                 f"columns: #/experiments/{self.experiment_id}/runs?viewStateShareKey={RUNS_VIEW}&{MODEL_TRAINING_UI})")

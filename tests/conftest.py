@@ -13,7 +13,7 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 def prefect_database_template(tmp_path_factory):
     """Every fresh SQLite Prefect server of the session (ours, the stacks', those of the
     subprocesses) starts from one migrated database (deployments/local_api.py
-    seed_sqlite_database): each server's start falls from ~16 s to ~7 s here."""
+    prepare_sqlite_database): each server's start falls from ~16 s to ~7 s here."""
     from deployments.local_api import DB_TEMPLATE_ENV
 
     saved = os.environ.get(DB_TEMPLATE_ENV)

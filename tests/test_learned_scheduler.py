@@ -18,16 +18,13 @@ from models.scheduling.learned import (
     FORMAT,
     VERSION,
     LearnedScheduler,
-    LearnedSpec,
-    is_learned_spec,
-    is_mlflow_uri,
     load_scheduler,
     make_learned_scheduler,
-    parse_learned_spec,
     resolve_checkpoint,
     save_scheduler,
     shipped_checkpoint,
 )
+from models.scheduling.learned_spec import LearnedSpec, is_learned_spec, is_mlflow_uri, parse_learned_spec
 from models.scheduling.provenance import SchedulerProvenance, SchedulerTrainingRun
 from models.scheduling.schedulers import make_scheduler
 from tests.scheduler_fixtures import SyntheticRounds, some_states, train_on, trained_session

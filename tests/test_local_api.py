@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import urllib.request
 
 # More long-lived websockets than Prefect's SQLite request limiter admits (100).
@@ -105,8 +106,8 @@ def test_a_new_sqlite_database_starts_from_the_template_and_an_existing_one_is_k
         env = {**os.environ, "PREFECT_HOME": str(home), DB_TEMPLATE_ENV: str(template)}
         env.pop("PREFECT_API_DATABASE_CONNECTION_URL", None)
         env.pop("PREFECT_SERVER_DATABASE_CONNECTION_URL", None)
-        subprocess.run([sys.executable, "-c", "from deployments.local_api import seed_sqlite_database; "
-                        "seed_sqlite_database()"], env=env, check=True, timeout=120)
+        subprocess.run([sys.executable, "-c", "from deployments.local_api import prepare_sqlite_database; "
+                        "prepare_sqlite_database()"], env=env, check=True, timeout=120)
         return home / "prefect.db"
 
     assert seed(tmp_path / "new").read_bytes() == template.read_bytes()
@@ -114,3 +115,34 @@ def test_a_new_sqlite_database_starts_from_the_template_and_an_existing_one_is_k
     kept.mkdir()
     (kept / "prefect.db").write_bytes(b"")  # not a copy of the template: must stay as it is
     assert seed(kept).read_bytes() == b""
+
+
+def test_three_servers_started_at_once_on_a_new_database_all_come_up(tmp_path):
+    """Three first trainings on a new PREFECT_HOME start three servers on one database that does
+    not exist yet (no migrated template either): it is created once, under a lock, and every
+    server comes up. Without the lock, 2 of 3 tries here had one or two exit with code 3."""
+    import subprocess
+    import sys
+    import time
+
+    from deployments.local_api import DB_TEMPLATE_ENV, _free_port, _healthy
+
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", DB_TEMPLATE_ENV)}
+    env["PREFECT_HOME"] = str(tmp_path / "new-home")
+    ports = [_free_port() for _ in range(3)]
+    servers = [subprocess.Popen([sys.executable, "-m", "deployments.local_api", "--port", str(port)], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for port in ports]
+    try:
+        deadline = time.monotonic() + 120
+        up: set[int] = set()
+        while len(up) < 3 and time.monotonic() < deadline:
+            for port, server in zip(ports, servers, strict=True):
+                assert server.poll() is None, f"a server exited with code {server.returncode}: {server.stderr.read()[-2000:]}"
+                if port not in up and _healthy(f"http://127.0.0.1:{port}/api"):
+                    up.add(port)
+            time.sleep(0.2)
+        assert len(up) == 3
+    finally:
+        for server in servers:
+            server.terminate()
+            server.wait(timeout=30)

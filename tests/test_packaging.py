@@ -19,7 +19,8 @@ import sys
 from pathlib import Path
 
 import models, flows
-from models.scheduling.learned import SHIPPED, resolve_checkpoint
+from models.scheduling.learned import resolve_checkpoint
+from models.scheduling.learned_spec import SHIPPED
 
 site = Path(sys.argv[1]).resolve()
 for package in (models, flows):  # the wheel's copy, not the checkout's

@@ -122,7 +122,8 @@ def test_learned_runs_uri_comes_from_trains_tracking_uri(mlflow_uri, tmp_path, m
     (never MLFLOW_TRACKING_URI), then build the scheduler from the local copy."""
     from flows.run_setup import localise_scheduler_spec
     from models.run.config import ConfigError
-    from models.scheduling.learned import LearnedScheduler, parse_learned_spec
+    from models.scheduling.learned import LearnedScheduler
+    from models.scheduling.learned_spec import parse_learned_spec
     from models.scheduling.schedulers import RoundState, make_scheduler
 
     agent, uri = _logged_scheduler(mlflow_uri, tmp_path)

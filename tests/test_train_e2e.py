@@ -212,14 +212,19 @@ def test_an_unreachable_store_or_a_missing_run_fails_in_seconds_before_any_actor
         train(resume=first.checkpoint, tracking_uri=other_store, max_rounds=2)
 
 
-def test_three_trainings_started_together_on_a_new_store_all_finish(prefect_api_url, tmp_path):
-    """Concurrent users: one new MLflow store and one Prefect API, three CLI trainings at once."""
+def test_three_first_trainings_at_once_on_a_new_prefect_home_and_store_all_finish(tmp_path):
+    """Concurrent first users: a new PREFECT_HOME (no Prefect database yet, no migrated template to
+    copy) and a new MLflow store; three CLI trainings at once, each starting its own temporary API
+    on that one database: it is created once, under a lock, and every training finishes."""
     import os
     import subprocess
     import sys
 
+    from deployments.local_api import DB_TEMPLATE_ENV
+
     store = f"sqlite:///{tmp_path / 'shared' / 'mlflow.db'}"
-    env = {**os.environ, "PREFECT_API_URL": prefect_api_url}
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", DB_TEMPLATE_ENV)}
+    env["PREFECT_HOME"] = str(tmp_path / "new-prefect-home")
     procs = [subprocess.Popen(
         [sys.executable, "-m", "flows.train", "--scheduler", "fixed:1", "--max-rounds", "1", "--fragment", "64",
          "--local-workers", "1", "--seed", str(seed), "--tracking-uri", store,

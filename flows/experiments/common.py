@@ -53,7 +53,7 @@ from models.run.config import ConfigError
 from models.run.presets import resolve_run_config
 from models.run.records import RunSummary
 from models.run.workload import Placement, Workload
-from models.scheduling.learned import SHIPPED
+from models.scheduling.learned_spec import SHIPPED
 from tasks.worker_processes import ready_worker_server
 
 DEFAULT_EXPERIMENT = "minionsrl-experiments"

@@ -37,10 +37,12 @@ import math
 import statistics
 import time
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from models.billing.cost import PriceTable
+
+if TYPE_CHECKING:
+    import torch
 
 BOUND_MARGIN = 2.0
 """Rounds on this shared 2-core machine vary up to ~2x between rounds under load; quiet-to-loaded
@@ -164,6 +166,8 @@ def calibrate_learner(policy: torch.nn.Module, obs_shape: tuple[int, ...], obs_d
     """Seconds of one PPO minibatch step (forward, backward, Adam) on a copy of the policy, on
     its device: the median of `repeats`. Uses no random numbers and leaves the policy untouched,
     so a run's results do not depend on it."""
+    import torch  # here: the budget's arithmetic loads without it
+
     model = copy.deepcopy(policy)
     device = next(model.parameters()).device
     optimizer = torch.optim.Adam(model.parameters(), lr=0.0)

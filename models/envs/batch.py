@@ -39,6 +39,20 @@ def check_env_id(env_id: str) -> None:
         close = [k for k in gym.registry if k.lower().startswith(env_id.split("-")[0].lower())]
         hint = f"; did you mean one of {sorted(close)[:5]}?" if close else ""
         raise ConfigError(f"unknown gymnasium env id {env_id!r}{hint}")
+    check_env_builds(env_id)
+
+
+@functools.cache
+def check_env_builds(env_id: str) -> None:
+    """Build the env once, here, before any server or actor starts: an env whose own dependencies
+    are missing (LunarLander without Box2D) is one line naming what to install, not a traceback
+    from every actor. Once per id and process (a build takes milliseconds, Atari's ~0.2 s)."""
+    try:
+        make_env(env_id).close()
+    except gym.error.DependencyNotInstalled as exc:
+        raise ConfigError(f"{env_id} needs a package that is not installed: {exc}") from None
+    except ImportError as exc:
+        raise ConfigError(f"{env_id} cannot be built: {type(exc).__name__}: {exc}") from None
 
 
 @functools.cache

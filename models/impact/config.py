@@ -15,6 +15,7 @@ from models.envs.batch import check_env_id, env_spaces
 from models.errors import ConfigError
 from models.json_types import JSONObject
 from models.rl.normalization import NormLayout
+from models.run.memory import check_sizes
 from models.run.presets import preset_layers
 from models.run.validation import check as _check
 from models.run.validation import with_overrides
@@ -211,6 +212,9 @@ def resolve_impact_config(workload: Workload, placement: Placement | None = None
     except TypeError as exc:
         raise ConfigError(f"impact run parameters: {exc}") from exc
     cfg.validate()
+    c = cfg.impact  # its actors hold their fragments; the learner holds the buffer's
+    check_sizes(env_spaces(env_id), fragment=c.fragment, envs_per_actor=c.envs_per_actor, i_max=c.buffer_fragments,
+                minibatch_size=None, actor_memory_gb=1.0, normalized=c.normalize_obs, prefix="impact.")
     return cfg
 
 

@@ -11,7 +11,7 @@ from importlib import resources
 from typing import Any
 
 from models.billing.cost import PriceTable
-from models.envs.batch import can_carry_episodes, check_env_id
+from models.envs.batch import can_carry_episodes, check_env_id, env_spaces
 from models.json_types import JSONObject
 from models.run.config import (
     SYSTEM_CLUSTER,
@@ -22,6 +22,7 @@ from models.run.config import (
     RunConfig,
     backend_spec,
 )
+from models.run.memory import check_sizes
 from models.run.workload import Placement, Workload, split_parameters
 from models.scheduling.schedulers import make_scheduler
 
@@ -100,6 +101,9 @@ def resolve_run_config(workload: Workload, placement: Placement | None = None, *
     except TypeError as exc:
         raise ConfigError(f"run parameters: {exc}") from exc
     cfg.validate()
+    check_sizes(env_spaces(env_id), fragment=cfg.fragment, envs_per_actor=cfg.envs_per_actor, i_max=cfg.i_max,
+                minibatch_size=cfg.ppo.minibatch_size, actor_memory_gb=cfg.actor_memory_gb,
+                normalized=cfg.ppo.normalize_obs)
     if cfg.carry_episodes and not can_carry_episodes(env_id):
         raise ConfigError(f"carry_episodes: {env_id} is not a MuJoCo env, whose episodes an actor can hand "
                           "on to the next round's; leave carry_episodes off for it")

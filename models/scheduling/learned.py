@@ -1,6 +1,6 @@
 """The learned actor scheduler: its spec string, the Scheduler around an agent, its checkpoints.
 
-1. `LearnedSpec` / `parse_learned_spec`: the one parser of 'learned[:<ref>][:greedy|:sample]'
+1. `LearnedSpec` / `parse_learned_spec` (models/scheduling/learned_spec.py): the one parser of 'learned[:<ref>][:greedy|:sample]'
    (make_scheduler in models/scheduling/schedulers.py and flows/train.py call it).
 2. `LearnedScheduler`: the Scheduler protocol (models/scheduling/schedulers.py) around a SchedulerAgent
    (models/scheduling/agent.py), greedy or sampling, with a trace of every decision.
@@ -19,7 +19,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from importlib import resources
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -39,69 +39,8 @@ from models.scheduling.features import (
     SchedulerTrace,
     StateNormaliser,
 )
+from models.scheduling.learned_spec import MODES, SHIPPED, LearnedSpec, is_mlflow_uri, parse_learned_spec
 from models.scheduling.provenance import SchedulerProvenance
-
-SHIPPED = "cartpole-v9"  # `learned` alone means this packaged checkpoint (its schedule comes down)
-MODES = ("greedy", "sample")
-
-# -- 1. the spec string ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LearnedSpec:
-    """A parsed 'learned[:<ref>][:greedy|:sample]' scheduler spec.
-
-    ref is a checkpoint path, a file:// URI, a packaged name or an MLflow URI, with its case and
-    colons kept; "" means the packaged default (SHIPPED).
-    """
-
-    ref: str = ""
-    mode: str = "greedy"
-
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ConfigError(f"learned scheduler mode must be one of {MODES}, got {self.mode!r}")
-
-    def __str__(self) -> str:
-        return f"learned:{self.ref}:{self.mode}" if self.ref else f"learned:{self.mode}"
-
-    @property
-    def short_name(self) -> str:
-        """A name for run names: 'learned-cartpole', 'learned-scheduler-sample' (a checkpoint's
-        file stem, an MLflow URI's last part), never a whole path."""
-        ref = self.ref.rstrip("/").rsplit("/", 1)[-1].removesuffix(".pt") if self.ref else SHIPPED
-        ref = re.sub(r"[^A-Za-z0-9_.-]+", "-", ref).strip("-") or SHIPPED
-        return f"learned-{ref}" + ("-sample" if self.mode == "sample" else "")
-
-    @property
-    def source(self) -> str:
-        """The checkpoint reference, with the packaged default spelled out."""
-        return self.ref or SHIPPED
-
-
-def is_learned_spec(spec: str | None) -> bool:
-    """True for 'learned' and 'learned:...' (any case), the specs `parse_learned_spec` reads."""
-    return isinstance(spec, str) and spec.strip().split(":", 1)[0].lower() == "learned"
-
-
-def parse_learned_spec(spec: str) -> LearnedSpec:
-    """'learned[:<ref>][:sample|:greedy]' -> LearnedSpec; a trailing mode is read in any case."""
-    if not is_learned_spec(spec):
-        raise ConfigError(f"scheduler {spec!r} is not a learned scheduler spec: use "
-                          "learned[:<path, packaged name or MLflow URI>][:greedy|:sample]")
-    rest = spec.strip()[len("learned"):]
-    rest = rest[1:] if rest.startswith(":") else rest
-    mode = "greedy"
-    head, sep, tail = rest.rpartition(":")
-    if sep and tail.lower() in MODES:
-        rest, mode = head, tail.lower()
-    elif rest.lower() in MODES:
-        rest, mode = "", rest.lower()
-    if rest.endswith(":") or (rest and not rest.strip()):
-        raise ConfigError(f"scheduler {spec!r}: empty checkpoint reference; use "
-                          "learned[:<path, packaged name or MLflow URI>][:greedy|:sample]")
-    return LearnedSpec(rest, mode)
-
 
 # -- 2. the scheduler ----------------------------------------------------------------------------
 
@@ -297,17 +236,6 @@ def packaged_names() -> list[str]:
 def is_packaged_name(ref: str) -> bool:
     """A bare name (cartpole, hopper): no path separator, no suffix, no URI scheme."""
     return bool(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", ref))
-
-
-MLFLOW_SCHEMES = ("runs:/", "models:/", "mlflow-artifacts:/")
-
-
-def is_mlflow_uri(ref: str) -> bool:
-    """True for a reference only an MLflow store can resolve (runs:/, models:/, http(s)://, ...).
-
-    file:// URIs and plain paths are local and resolved here."""
-    ref = ref.strip()
-    return ref.startswith(MLFLOW_SCHEMES) or ("://" in ref and not ref.startswith("file://"))
 
 
 def resolve_checkpoint(ref: str) -> Path:

@@ -15,7 +15,7 @@ from typing import Protocol
 from models.errors import ConfigError
 from models.json_types import StateDict
 from models.scheduling.features import RoundState
-from models.scheduling.learned import is_learned_spec, make_learned_scheduler, parse_learned_spec
+from models.scheduling.learned_spec import is_learned_spec, parse_learned_spec
 
 __all__ = ["Adapt", "Fixed", "Max", "Ramp", "RoundState", "Scheduler", "Switch", "clip_actors", "make_scheduler"]
 
@@ -161,9 +161,11 @@ def make_scheduler(spec: str, i_max: int, max_rounds: int, target_return: float,
     'learned[:<path>][:sample]' loads a trained scheduler (models/scheduling/learned.py); without a
     path, the packaged CartPole-v1 one. Its path keeps its case and colons. An MLflow URI
     ('learned:runs:/<id>/scheduler/scheduler.pt') is downloaded by the `train` flow from its own
-    tracking store before the scheduler is built (flows/train.py localise_scheduler_spec).
+    tracking store before the scheduler is built (flows/run_setup.py localise_scheduler_spec).
     """
     if is_learned_spec(spec):
+        from models.scheduling.learned import make_learned_scheduler  # torch: only for a learned one
+
         return make_learned_scheduler(parse_learned_spec(spec), i_max, max_rounds, target_return,
                                       budget_usd, seed)
     name, *args = spec.strip().lower().split(":")
