@@ -5,6 +5,7 @@ resume may make), and a learned scheduler named by an MLflow URI fetched from th
 
 from __future__ import annotations
 
+import math
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from models.scheduling.learned_spec import is_learned_spec, is_mlflow_uri, parse
 
 if TYPE_CHECKING:
     from models.run.checkpoint import RunCheckpoint
+    from models.run.records import RunProgress
 
 
 def fetch_scheduler_checkpoint(ref: str, tracking_uri: str, dest: str | Path) -> Path:
@@ -62,6 +64,8 @@ class RunSetup:
     checkpoint: RunCheckpoint | None = None
     changes: Mapping[str, object] | None = None
     scheduler_source: str | None = None
+    checkpoint_path: str | None = None
+    """The file a resumed run's checkpoint came from (what an error about it names)."""
 
 
 def prepare_run(given: dict[str, object], resume: str | None) -> RunSetup:
@@ -77,11 +81,14 @@ def prepare_run(given: dict[str, object], resume: str | None) -> RunSetup:
         from models.run.checkpoint import load_run_checkpoint  # torch: only when resuming
 
         checkpoint = load_run_checkpoint(resume)
-        stored = RunConfig.from_dict(checkpoint.config)
+        try:
+            stored = RunConfig.from_dict(checkpoint.config)
+        except (ConfigError, TypeError, KeyError) as exc:  # an edited or damaged configuration
+            raise ConfigError(f"checkpoint {resume}: its config is not a valid run configuration: {exc}") from None
         changes = resolve_run_changes(given, stored)
         config = stored.with_changes(changes)
         RunTracker(config.tracking_uri).check_reachable()
-        return RunSetup(config, checkpoint, changes)
+        return RunSetup(config, checkpoint, changes, checkpoint_path=str(resume))
     given.setdefault("tracking_uri", default_tracking_uri())
     RunTracker(str(given["tracking_uri"])).check_reachable()  # in seconds, before anything starts
     given.setdefault("checkpoint_dir", str(project_root() / "checkpoints"))
@@ -92,3 +99,18 @@ def prepare_run(given: dict[str, object], resume: str | None) -> RunSetup:
         del given["scheduler"]
     cfg = resolve_parameters(given)
     return RunSetup(cfg, scheduler_source=str(source).strip() if source != given.get("scheduler") else None)
+
+
+def check_against_run(progress: RunProgress, tracker: RunTracker, run_id: str, where: str) -> None:
+    """A resumed checkpoint's rounds as its MLflow run logged them: each logged round's bill and env
+    steps must be the checkpoint's (an edited history, even one whose totals were edited to match,
+    is refused, naming the file, the field and what MLflow holds)."""
+    for key, name in (("cost/round_usd", "cost_usd"), ("rollout/env_steps", "env_steps")):
+        for logged in tracker.client.get_metric_history(run_id, key):
+            if logged.step >= len(progress.history):
+                continue
+            mine = float(getattr(progress.history[logged.step], name))
+            if not math.isclose(mine, logged.value, rel_tol=1e-9, abs_tol=1e-15):
+                raise ConfigError(f"{where}: progress.history[{logged.step}].{name} = {mine!r}, but MLflow run "
+                                  f"{run_id} logged {logged.value!r} for that round ({key}): the checkpoint was "
+                                  "edited or belongs to another run")

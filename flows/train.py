@@ -26,7 +26,7 @@ from prefect.runtime import flow_run as flow_run_context
 
 from flows import prefect_patches
 from flows.cli import flow_arguments, given_arguments, quiet_console, run_per_seed, with_parameter_docs
-from flows.run_setup import RunSetup, prepare_run
+from flows.run_setup import RunSetup, check_against_run, prepare_run
 from flows.tracking import RunTracker, tracked_run
 from models.run.config import SYSTEM_CLUSTER, RunConfig
 from models.run.records import RunSummary
@@ -182,7 +182,9 @@ def start_tracking(session: TrainingSession, tracker: RunTracker, setup: RunSetu
     cfg = session.cfg
     this_flow_run = str(flow_run_context.id) if flow_run_context.id else None
     if setup.checkpoint is not None:
-        session.load(setup.checkpoint)
+        where = f"checkpoint {setup.checkpoint_path}"
+        session.load(setup.checkpoint, where)
+        check_against_run(session.progress, tracker, str(session.run_id), where)  # before it is reopened
         mark_crashed(session.progress.flow_run_ids)
         if this_flow_run:
             session.progress.flow_run_ids.append(this_flow_run)

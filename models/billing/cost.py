@@ -16,6 +16,7 @@ start-up once when asked.
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import asdict, dataclass, fields, is_dataclass, replace
 from importlib import resources
@@ -119,7 +120,7 @@ class PriceTable:
                                               else _number(prior, "budget_prior", f.name))
                                      for f in fields(BudgetPrior)}),
                 source=source,
-            )
+            ).checked()
         except ConfigError as exc:
             raise ConfigError(f"price table {where}: {exc}") from exc
         except (KeyError, TypeError, ValueError) as exc:
@@ -142,7 +143,20 @@ class PriceTable:
         for name in ("actor", "learner", "learner_cpu"):
             values[name] = Resources(**values[name])
         values["prior"] = BudgetPrior(**values["prior"])
-        return cls(**values)
+        return cls(**values).checked()
+
+    def checked(self) -> PriceTable:
+        """Every price, size and time finite and >= 0 (a NaN price would pass a budget rule that
+        compares with it), naming the field; this table, unchanged."""
+        def walk(value: object, name: str) -> None:
+            if is_dataclass(value):
+                for f in fields(value):
+                    walk(getattr(value, f.name), f"{name}.{f.name}" if name else f.name)
+            elif isinstance(value, int | float) and not isinstance(value, bool) and not (
+                    math.isfinite(value) and value >= 0):
+                raise ConfigError(f"price table: {name} must be a finite number >= 0, got {value!r}")
+        walk(self, "")
+        return self
 
     def per_second(self, res: Resources) -> float:
         return res.vcpu * self.vcpu_s + res.memory_gb * self.memory_gb_s + res.gpu * self.gpu_s
@@ -172,8 +186,8 @@ def _number(section: dict, name: str, key: str) -> float:
     if key not in section:
         raise ConfigError(f"missing key {key!r} in [{name}]")
     value = section[key]
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise ConfigError(f"[{name}] {key} must be a number >= 0, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise ConfigError(f"[{name}] {key} must be a finite number >= 0, got {value!r}")
     return float(value)
 
 

@@ -7,6 +7,8 @@ import math
 from dataclasses import dataclass, field
 
 from models.billing.budget import Measured
+from models.errors import ConfigError
+from models.json_types import JSONObject
 from models.run.config import SYSTEM_SERVERLESS
 from models.scheduling.features import SchedulerTrace
 
@@ -127,3 +129,46 @@ class RunProgress:
     """Server cluster: the wall seconds it was billed (every round's span, idle included)."""
     worker_pids: list[int] = field(default_factory=list)
     """Server cluster: the actor processes that ran its actors so far (sorted)."""
+
+    @classmethod
+    def from_checkpoint(cls, values: JSONObject, where: str) -> RunProgress:
+        """A checkpoint's progress, checked rather than trusted: counts and costs finite and
+        non-negative, and its running totals what its own rounds add up to (the round index their
+        number, env steps their sum, spent the rounds' bills plus the attempts lost to crashes). A
+        field that breaks this is an error naming `where` (the file) and the field."""
+        values = dict(values)
+        try:
+            values["history"] = [RoundRecord(**r) for r in values["history"]]
+            values["measured"] = Measured(**values.get("measured", {}))
+            progress = cls(**values)
+        except (TypeError, KeyError) as exc:
+            raise ConfigError(f"{where}: its progress is not a run's record ({exc})") from None
+        progress.check(where)
+        progress.spent_usd = progress.billed_usd()  # the budget left follows from what was billed
+        return progress
+
+    def check(self, where: str) -> None:
+        def field(name: str, ok: bool, why: str) -> None:
+            if not ok:
+                raise ConfigError(f"{where}: progress.{name} = {getattr(self, name)!r} {why}; the checkpoint was "
+                                  "edited or damaged: resume from an untouched one")
+
+        for name in ("spent_usd", "lost_usd", "actors_usd", "learner_usd", "startup_usd", "sum_round_s", "sum_wall_s"):
+            value = getattr(self, name)
+            field(name, isinstance(value, int | float) and math.isfinite(value) and value >= 0,
+                  "is not a finite number >= 0")
+        for k, record in enumerate(self.history):
+            if not (record.round_index == k and record.env_steps >= 0 and math.isfinite(record.cost_usd)
+                    and record.cost_usd >= 0):
+                raise ConfigError(f"{where}: progress.history[{k}] is not round {k}'s record (round_index "
+                                  f"{record.round_index}, env_steps {record.env_steps}, cost_usd {record.cost_usd})")
+        field("round_index", self.round_index == len(self.history), f"but the checkpoint holds {len(self.history)} rounds")
+        field("env_steps", self.env_steps == sum(r.env_steps for r in self.history),
+              f"but its rounds sampled {sum(r.env_steps for r in self.history)}")
+        field("spent_usd", math.isclose(self.spent_usd, self.billed_usd(), rel_tol=1e-9, abs_tol=1e-12),
+              f"but its rounds and lost attempts were billed {self.billed_usd()!r}")
+
+    def billed_usd(self) -> float:
+        """What the run was billed: every round's bill and every attempt a crash cut short (what the
+        budget left is computed from, never a field that only restates it)."""
+        return math.fsum([r.cost_usd for r in self.history] + [self.lost_usd])

@@ -15,7 +15,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 from models.billing.budget import (
-    Measured,
     RoundBound,
     RunShape,
     calibrate_learner,
@@ -25,6 +24,7 @@ from models.billing.budget import (
 from models.billing.cost import RoundBill, bill_cluster_round, round_cost, server_cluster_cost
 from models.envs.batch import env_spaces
 from models.envs.snapshot import EnvSnapshot
+from models.errors import ConfigError
 from models.rl.ppo import Learner
 from models.rl.rollout import ActorJob, RolloutBatch
 from models.run.checkpoint import PolicyArtifact, RunCheckpoint, save_policy, save_run_checkpoint
@@ -332,15 +332,23 @@ class TrainingSession:
             round_metrics=dict(round_metrics or {}),
             carry=dict(self.carry)))
 
-    def load(self, checkpoint: RunCheckpoint) -> None:
-        """Continue exactly after the last finished round of a checkpoint."""
+    def load(self, checkpoint: RunCheckpoint, where: str = "the checkpoint") -> None:
+        """Continue exactly after the last finished round of a checkpoint, checked, not trusted:
+        its progress (RunProgress.from_checkpoint) and its weights' shapes against this run's env
+        and network (an error names `where`, the file, and the field)."""
+        progress = RunProgress.from_checkpoint(checkpoint.progress, where)
+        mine = self.learner.policy.state_dict()
+        theirs = checkpoint.learner.get("policy", {}) if isinstance(checkpoint.learner, dict) else {}
+        wrong = sorted(k for k in set(mine) | set(theirs)
+                       if k not in mine or k not in theirs or tuple(mine[k].shape) != tuple(theirs[k].shape))
+        if wrong:
+            raise ConfigError(f"{where}: learner.policy does not fit config.env_id {self.cfg.env_id} with hidden "
+                              f"{self.cfg.ppo.hidden} (weights {wrong[:3]} differ in shape or are missing): the "
+                              "checkpoint was edited or belongs to another run")
         self.learner.load_state_dict(checkpoint.learner)
         self.scheduler.load_state_dict(checkpoint.scheduler)
         self.carry = dict(checkpoint.carry)
-        values = dict(checkpoint.progress)
-        values["history"] = [RoundRecord(**r) for r in values["history"]]
-        values["measured"] = Measured(**values.get("measured", {}))
-        self.progress = RunProgress(**values)
+        self.progress = progress
         # A resume may raise K or B: those stops are decided again; a reached target stays.
         p = self.progress
         if (p.stop_reason == STOP_MAX_ROUNDS and p.round_index < self.cfg.max_rounds) or p.stop_reason == STOP_BUDGET:
