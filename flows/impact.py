@@ -77,6 +77,7 @@ def prepare_impact(given: dict[str, object]) -> ImpactRunConfig:
     """The flow's given parameters as one validated configuration, before anything starts."""
     workload, placement, run = split_parameters(given)
     run.setdefault("tracking_uri", default_tracking_uri())
+    RunTracker(str(run["tracking_uri"])).check_reachable()  # in seconds, before anything starts
     return resolve_impact_config(workload, placement, **run)
 
 

@@ -101,6 +101,7 @@ def resolve_run_config(workload: Workload, placement: Placement | None = None, *
     except TypeError as exc:
         raise ConfigError(f"run parameters: {exc}") from exc
     cfg.validate()
+    cfg = _minibatch_within_a_round(cfg, given_minibatch="minibatch_size" in (workload.ppo or {}))
     check_sizes(env_spaces(env_id), fragment=cfg.fragment, envs_per_actor=cfg.envs_per_actor, i_max=cfg.i_max,
                 minibatch_size=cfg.ppo.minibatch_size, actor_memory_gb=cfg.actor_memory_gb,
                 normalized=cfg.ppo.normalize_obs)
@@ -110,6 +111,16 @@ def resolve_run_config(workload: Workload, placement: Placement | None = None, *
     make_scheduler(cfg.scheduler, cfg.i_max, cfg.max_rounds, cfg.target_return,
                    budget_usd=cfg.budget_usd, seed=cfg.seed)  # parse check
     return cfg
+
+
+def _minibatch_within_a_round(cfg: RunConfig, given_minibatch: bool) -> RunConfig:
+    """A minibatch is drawn from one round's samples, at most i_max x fragment: a preset's larger
+    one (CartPole's 1024, with a user's small fragment) means one minibatch a round and is recorded
+    as that many samples, which trains the same; a user's larger one is refused (models/run/memory.py)."""
+    samples = cfg.i_max * cfg.fragment
+    if cfg.ppo.minibatch_size <= samples or given_minibatch:
+        return cfg
+    return dataclasses.replace(cfg, ppo=dataclasses.replace(cfg.ppo, minibatch_size=samples))
 
 
 def resolve_parameters(given: Mapping[str, object]) -> RunConfig:
