@@ -90,6 +90,7 @@ def run_rounds(session: TrainingSession, backend: ActorBackend, tracker: RunTrac
         stack.enter_context(temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}))
         # a Ctrl-C closes the backend (the round in flight ends) and is raised at the loop's checks
         stack.enter_context(interrupts.deferred(abandon=backend.close))
+        cycle_started = time.perf_counter()  # a round's cycle: from the end of the one before
         while session.stop_reason is None:
             interrupts.check()
             k = session.round_index
@@ -109,9 +110,11 @@ def run_rounds(session: TrainingSession, backend: ActorBackend, tracker: RunTrac
                                      "rollout/batches": float(exc.returned)}, step=k)
                 raise
             chaos_point("round_work", k)
-            metrics = session.record(batches, stats, time.perf_counter() - started, failed_billed_s,
-                                     warm_idle_s=backend.idle_billed_s(),
-                                     pool_startup_s=backend.take_startup_s())
+            round_wall_s = time.perf_counter() - started
+            metrics = session.record(batches, stats, round_wall_s, failed_billed_s,
+                                     warm_idle_s=backend.idle_billed_s(), pool_startup_s=backend.take_startup_s(),
+                                     outside_s=time.perf_counter() - cycle_started - round_wall_s)
+            cycle_started = time.perf_counter()  # what follows (evaluation, checkpoint, MLflow) is the next's
             if cfg.eval_every and (session.round_index % cfg.eval_every == 0 or session.stop_reason):
                 metrics.update(evaluate(session, cfg.eval_episodes))
                 session.record_evaluation(metrics)
@@ -134,3 +137,4 @@ def run_rounds(session: TrainingSession, backend: ActorBackend, tracker: RunTrac
                            "to evaluate whole episodes (or a longer fragment)")
                 logger.warning(message)
                 tracker.set_tags({"minionsrl.warning": message})
+        session.add_orchestration(time.perf_counter() - cycle_started)  # the last round's writes, the stop

@@ -165,6 +165,8 @@ def record_summary(session: TrainingSession, summary: RunSummary, tracker: RunTr
     if session.cfg.cluster:  # its actors were these processes in every round
         tracker.set_tags({"minionsrl.worker_pids": json.dumps(session.progress.worker_pids)})
     tracker.log_metrics({"summary/target_reached": float(summary.target_reached),
+                         "summary/wall_time_s": summary.wall_time_s,
+                         "summary/cloud_time_s": summary.cloud_time_s,
                          "summary/time_to_stop_s": summary.time_to_stop_s,
                          "summary/cost_usd": summary.cost_usd,
                          "summary/actors_usd": summary.actors_cost_usd,
@@ -287,11 +289,11 @@ def main(argv: list[str] | None = None) -> int:
     if status == 2:
         return status
     for s in summaries:
-        print(f"seed {s.seed}: {s.stop_reason} after {s.rounds} rounds, "
-              f"final return {s.final_return:.1f}, {s.env_steps} env steps, "
-              f"time to stop (sum P_k) {s.time_to_stop_s:.1f}s, wall {s.wall_time_s:.1f}s, "
-              f"cost ${s.cost_usd:.5f} (learner on {s.learner_device}; server cluster "
-              f"${s.server_cluster_cost_usd:.3f} with its start-up, "
+        print(f"seed {s.seed}: {s.stop_reason} after {s.rounds} rounds, wall {s.wall_time_s:.1f}s "
+              f"(cloud clock {s.cloud_time_s:.1f}s: one core per actor, {100 * s.orchestration_share:.0f}% "
+              f"of it orchestration; sum of P_k {s.time_to_stop_s:.1f}s), final return {s.final_return:.1f}, "
+              f"{s.env_steps} env steps, cost ${s.cost_usd:.5f} (learner on {s.learner_device}; server "
+              f"cluster ${s.server_cluster_cost_usd:.3f} with its start-up, "
               f"${s.server_cluster_cost_no_startup_usd:.3f} without)")
     if summaries:
         print(f"\nMLflow store: {summaries[0].tracking_uri}\n"

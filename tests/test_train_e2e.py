@@ -310,3 +310,35 @@ def test_stop_at_eval_ends_the_run_at_the_evaluation_that_reaches_j(prefect_api_
     assert (summary.stop_reason, summary.rounds) == ("target_reached", 1)
     assert summary.stop_detail.startswith("target: the evaluation after round 0 returned")
     assert MlflowClient(mlflow_uri).get_run(summary.run_id).data.metrics["eval/return_mean"] >= 5.0
+
+
+def test_two_clocks_sum_of_p_k_within_cloud_within_wall(prefect_api_url, mlflow_uri, tmp_path):
+    """Issue 33's clocks on a real run: 8 actors on 2 local workers (so actors wait for a core). Per
+    round, P_k <= the cloud clock (P_k + orchestration) <= this machine's cycle; what lies between
+    the cloud clock and the wall is the actors' waits for a free core; the summary's wall is the
+    rounds' span on this machine's clock."""
+    from flows.train import train
+
+    summary = train(env="CartPole-v1", scheduler="fixed:8", max_rounds=3, fragment=128, local_workers=2, seed=1,
+                    target_return=1e9, log_model=False, tracking_uri=mlflow_uri, checkpoint_dir=str(tmp_path))
+    client = MlflowClient(mlflow_uri)
+
+    def series(key):
+        return [m.value for m in sorted(client.get_metric_history(summary.run_id, key), key=lambda m: m.step)]
+
+    p_k, cloud, cycle = series("time/round_s"), series("time/round_cloud_s"), series("time/round_cycle_wall_s")
+    subflow, busy, learner = series("time/round_wall_s"), series("time/actor_busy_s"), series("time/learner_s")
+    assert len(p_k) == len(cloud) == len(cycle) == 3
+    for k in range(3):
+        assert p_k[k] <= cloud[k] <= cycle[k]
+        outside = cycle[k] - subflow[k]  # scheduling, the budget check, the round before's writes
+        orchestration_in_round = max(subflow[k] - busy[k] - learner[k], 0.0)
+        assert math.isclose(cloud[k], min(subflow[k], p_k[k] + orchestration_in_round) + outside, abs_tol=1e-9)
+    waits = sum(cycle) - sum(cloud)  # 8 actors on 2 cores: the 6 queued ones waited
+    assert waits > 0
+    assert summary.time_to_stop_s <= summary.cloud_time_s <= summary.wall_time_s
+    assert math.isclose(summary.time_to_stop_s, sum(p_k), rel_tol=1e-9)
+    assert summary.rounds_finished_at - summary.rounds_started_at == pytest.approx(summary.wall_time_s, abs=0.25)
+    logged = client.get_run(summary.run_id).data.metrics
+    assert logged["summary/wall_time_s"] == pytest.approx(summary.wall_time_s)
+    assert logged["summary/cloud_time_s"] == pytest.approx(summary.cloud_time_s)

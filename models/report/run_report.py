@@ -168,6 +168,10 @@ def summary_markdown(summary: RunSummary, links: MlflowLinks, target_return: flo
         "",
         f"**Stopped: {s.stop_reason}**" + (f" ({s.stop_detail})" if s.stop_detail else ""),
         "",
+        f"**Wall time {_num(s.wall_time_s, '.2f')} s** on this machine; cloud clock "
+        f"{_num(s.cloud_time_s, '.2f')} s (one core per actor, orchestration included), of which "
+        f"{_percent(s.orchestration_share)} orchestration.",
+        "",
         "| figure | value |",
         "|---|---|",
         f"| rounds | {s.rounds} |",
@@ -175,8 +179,9 @@ def summary_markdown(summary: RunSummary, links: MlflowLinks, target_return: flo
         f"| final return | {_num(s.final_return)} |",
         f"| best return | {_num(s.best_return)} |",
         f"| env steps | {s.env_steps} |",
-        f"| time to stop (sum of P_k) | {_num(s.time_to_stop_s, '.2f')} s |",
-        f"| wall time (this machine) | {_num(s.wall_time_s, '.2f')} s |",
+        f"| wall time (this machine's clock) | {_num(s.wall_time_s, '.2f')} s |",
+        f"| cloud clock (P_k + orchestration) | {_num(s.cloud_time_s, '.2f')} s |",
+        f"| sum of P_k (learner + slowest actor) | {_num(s.time_to_stop_s, '.2f')} s |",
         f"| cost | {_money(s.cost_usd)} of B = ${budget_usd:g} |",
         f"| ↳ actors | {_money(s.actors_cost_usd)} |",
         f"| ↳ learner ({s.learner_device or 'n/a'}) | {_money(s.learner_cost_usd)} |",
@@ -384,3 +389,7 @@ def experiment_progress(done: int, planned: int, last_result: str | None = None,
     percent = 100.0 if finished else min(100.0, 100.0 * done / max(planned, 1))
     count = f"{done} of {planned} runs done" if done <= planned else f"{done} runs done ({planned} planned)"
     return Progress(percent, count + (f"; last: {last_result}" if last_result else ""))
+
+
+def _percent(value: float) -> str:
+    return f"{100 * value:.0f}%" if math.isfinite(value) else "n/a"

@@ -65,9 +65,10 @@ class RunSummary:
     server_cluster_cost_usd: float
     """The fixed cluster for the run's time, its start-up included."""
     time_to_stop_s: float
-    """Sum of P_k: the run's time with one core per actor."""
+    """Sum of P_k: the rounds' learner and slowest-actor time, one core per actor (the paper's measure)."""
     wall_time_s: float
-    """Sum of the rounds' wall times on this machine."""
+    """This machine's clock, from the start of the first round to the end of the last (every
+    attempt's, for a resumed run): the headline."""
     history: tuple[RoundRecord, ...]
     scheduler_trace: SchedulerTrace | None = None
     """A learned scheduler's decisions (models/scheduling/agent.py LearnedScheduler.trace)."""
@@ -86,6 +87,10 @@ class RunSummary:
     system: str = SYSTEM_SERVERLESS
     """serverless, or server-cluster: then cost_usd is the cluster's bill, and the two
     server_cluster_* figures are that bill with and without its start-up."""
+    cloud_time_s: float = math.nan
+    """The cloud clock: the run as on infrastructure with one core per actor, each round's P_k
+    plus its measured orchestration (API calls, dispatch, scheduling, checkpoint and MLflow writes),
+    leaving out only waits for a free local core (models/run/metrics.py)."""
     rounds_started_at: float = math.nan
     """time.time() when round 0 (or a resumed run's first round) began, its actors ready: a
     caller that noted when it called `train` has the flow's start-up (call to first round)."""
@@ -96,6 +101,12 @@ class RunSummary:
     @property
     def target_reached(self) -> bool:
         return self.stop_reason == STOP_TARGET
+
+    @property
+    def orchestration_share(self) -> float:
+        """The share of the cloud clock that is orchestration rather than P_k (NaN without one)."""
+        cloud = self.cloud_time_s
+        return (cloud - self.time_to_stop_s) / cloud if math.isfinite(cloud) and cloud > 0 else math.nan
 
 
 @dataclass
@@ -129,6 +140,11 @@ class RunProgress:
     """Server cluster: the wall seconds it was billed (every round's span, idle included)."""
     worker_pids: list[int] = field(default_factory=list)
     """Server cluster: the actor processes that ran its actors so far (sorted)."""
+    sum_cycle_wall_s: float = 0.0
+    """This machine's clock over the rounds' whole cycles (scheduling to MLflow), orchestration
+    included; 0 in checkpoints from before it was kept."""
+    sum_cloud_s: float = 0.0
+    """The cloud clock over the rounds: each round's P_k plus its orchestration."""
 
     @classmethod
     def from_checkpoint(cls, values: JSONObject, where: str) -> RunProgress:

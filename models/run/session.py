@@ -159,7 +159,7 @@ class TrainingSession:
     # -- after a round -------------------------------------------------------------------
     def record(self, batches: list[RolloutBatch], learner_stats: dict[str, float],
                wall_s: float, failed_billed_s: list[float] | None = None,
-               warm_idle_s: float = 0.0, pool_startup_s: float = 0.0) -> dict[str, float]:
+               warm_idle_s: float = 0.0, pool_startup_s: float = 0.0, outside_s: float = 0.0) -> dict[str, float]:
         """Fold a finished round into the run's totals and apply the target and K rules;
         returns the round's metrics (MLflow names).
 
@@ -168,6 +168,8 @@ class TrainingSession:
         pool_startup_s: the backend's actor start-up outside any actor during this round (a
         replacement worker that booted idle), billed as start-up with what note_backend_startup
         left due.
+        outside_s: the round's cycle outside its subflow on this machine's clock (scheduling, the
+        budget check, the round before's checkpoint and MLflow writes): orchestration, on both clocks.
         """
         if self.cfg.carry_episodes:
             self.carry = {b.actor_index: b.carry for b in batches if b.carry}
@@ -180,6 +182,8 @@ class TrainingSession:
                                 pool_startup_s=self._pool_startup_due_s + pool_startup_s,
                                 bill=cluster_bill)
         metrics.update(cluster_metrics)
+        metrics["time/round_cycle_wall_s"] = wall_s + outside_s
+        metrics["time/round_cloud_s"] = one_core_per_actor_wall_s(batches, learner_s, wall_s) + outside_s
         self._learner_startup_due = False
         self._pool_startup_due_s = 0.0
         metrics.update(learner_stats)
@@ -229,6 +233,8 @@ class TrainingSession:
         p.env_steps += int(metrics["rollout/env_steps"])
         p.sum_round_s += metrics["time/round_s"]
         p.sum_wall_s += wall_s
+        p.sum_cycle_wall_s += metrics["time/round_cycle_wall_s"]
+        p.sum_cloud_s += metrics["time/round_cloud_s"]
         ret = metrics["rollout/ep_return_mean"]
         if not math.isnan(ret):
             p.best_return = max(p.best_return, ret)
@@ -241,6 +247,8 @@ class TrainingSession:
             "rollout/env_steps_total": float(p.env_steps),
             "time/total_round_s": p.sum_round_s,
             "time/total_wall_s": p.sum_wall_s,
+            "time/total_cycle_wall_s": p.sum_cycle_wall_s,
+            "time/total_cloud_s": p.sum_cloud_s,
             "cost/lost_attempts_usd": p.lost_usd,
         })
         p.history.append(RoundRecord.from_metrics(p.round_index, metrics))
@@ -255,6 +263,12 @@ class TrainingSession:
         elif p.round_index >= self.cfg.max_rounds:
             p.stop_reason = STOP_MAX_ROUNDS
             p.stop_detail = f"max_rounds: K={self.cfg.max_rounds} rounds run"
+
+    def add_orchestration(self, seconds: float) -> None:
+        """Orchestration after the last round (its checkpoint and MLflow writes, the stop): on
+        both clocks."""
+        self.progress.sum_cycle_wall_s += max(seconds, 0.0)
+        self.progress.sum_cloud_s += max(seconds, 0.0)
 
     def record_evaluation(self, metrics: dict[str, float]) -> None:
         """With stop_at_eval, stop when this evaluation (eval/ metrics of the round just
@@ -286,7 +300,8 @@ class TrainingSession:
             final_return=last.mean_return if last else math.nan, best_return=p.best_return,
             env_steps=p.env_steps, cost_usd=p.spent_usd,
             server_cluster_cost_usd=server_cluster_cost(self._cluster_basis_s(), self.prices),
-            time_to_stop_s=p.sum_round_s, wall_time_s=p.sum_wall_s, history=tuple(p.history),
+            time_to_stop_s=p.sum_round_s, wall_time_s=p.sum_cycle_wall_s, cloud_time_s=p.sum_cloud_s,
+            history=tuple(p.history),
             scheduler_trace=self.scheduler.trace() if hasattr(self.scheduler, "trace") else None,
             tracking_uri=tracking_uri, checkpoint=checkpoint,
             server_cluster_cost_no_startup_usd=server_cluster_cost(self._cluster_basis_s(), self.prices,
