@@ -27,13 +27,14 @@ import sys
 import time
 from dataclasses import dataclass
 
-from prefect import flow, get_run_logger, task
+from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run as flow_run_context
 
 from flows import interrupts, prefect_patches
 from flows.artifacts import ImpactArtifacts
 from flows.cli import flow_arguments, given_arguments, quiet_console, run_per_seed
+from flows.served_flow import served_flow
 from flows.tracking import RunTracker, default_tracking_uri, tracked_run
 from models.billing.cost import ImpactBill, bill_impact
 from models.envs.batch import env_spaces
@@ -81,7 +82,7 @@ def prepare_impact(given: dict[str, object]) -> ImpactRunConfig:
     return resolve_impact_config(workload, placement, **run)
 
 
-@flow(name="impact", flow_run_name=impact_run_name, persist_result=False, validate_parameters=True)
+@served_flow(name="impact", flow_run_name=impact_run_name, persist_result=False, validate_parameters=True)
 def impact(
     env: str | None = None,
     preset: str | None = None,

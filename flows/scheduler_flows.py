@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, get_run_logger, task
+from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run as flow_run_context
 from prefect.task_runners import ThreadPoolTaskRunner
@@ -40,6 +40,7 @@ from flows import interrupts, prefect_patches
 from flows.artifacts import EpisodeArtifacts
 from flows.cli import flow_arguments, flow_call, quiet_console
 from flows.run_setup import fetch_scheduler_checkpoint
+from flows.served_flow import served_flow
 from flows.tracking import RunTracker, project_root, tracked_run
 from flows.train import train
 from models.errors import ConfigError
@@ -143,7 +144,7 @@ def scheduler_run_name() -> str:
     return f"train-scheduler-{workload_env(p)}-{p.get('episodes', 60)}ep-seed{p.get('seed', 0)}"
 
 
-@flow(name="train-scheduler", flow_run_name=scheduler_run_name, persist_result=False, validate_parameters=True,
+@served_flow(name="train-scheduler", flow_run_name=scheduler_run_name, persist_result=False, validate_parameters=True,
       task_runner=ThreadPoolTaskRunner(max_workers=MAX_CONCURRENCY))
 def train_scheduler(
     workload: Workload | None = None, placement: Placement | None = None, episodes: int = 60,
@@ -315,7 +316,7 @@ def learn_from_batch(training: SchedulerTraining, tracker: RunTracker, batch: li
     return records
 
 
-@flow(name="finetune-scheduler", flow_run_name="finetune-scheduler", persist_result=False, validate_parameters=True)
+@served_flow(name="finetune-scheduler", flow_run_name="finetune-scheduler", persist_result=False, validate_parameters=True)
 def finetune_scheduler(source: str = SHIPPED, workload: Workload | None = None, episodes: int = 10,
                        batch_episodes: int = 2, **options: Any) -> SchedulerTrainingResult:
     """Fine-tune a saved scheduler (file path, packaged name or MLflow URI) on another workload.

@@ -21,12 +21,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from prefect import flow, get_run_logger
+from prefect import get_run_logger
 from prefect.runtime import flow_run as flow_run_context
 
 from flows import prefect_patches
 from flows.cli import flow_arguments, given_arguments, quiet_console, run_per_seed, with_parameter_docs
 from flows.run_setup import RunSetup, check_against_run, prepare_run
+from flows.served_flow import served_flow
 from flows.tracking import RunTracker, tracked_run
 from models.run.config import SYSTEM_CLUSTER, RunConfig
 from models.run.records import RunSummary
@@ -76,7 +77,7 @@ def train_run_name() -> str:
     return f"{workload}-{scheduler.replace(':', '')}-seed{p.get('seed') or 0}"
 
 
-@flow(name="train", flow_run_name=train_run_name, persist_result=False, validate_parameters=True)
+@served_flow(name="train", flow_run_name=train_run_name, persist_result=False, validate_parameters=True)
 @with_parameter_docs(Workload, Placement, RunConfig, **PARAMETER_DOCS)
 def train(
     env: str | None = None, scheduler: str | None = None, target_return: float | None = None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -342,3 +343,49 @@ def test_two_clocks_sum_of_p_k_within_cloud_within_wall(prefect_api_url, mlflow_
     logged = client.get_run(summary.run_id).data.metrics
     assert logged["summary/wall_time_s"] == pytest.approx(summary.wall_time_s)
     assert logged["summary/cloud_time_s"] == pytest.approx(summary.cloud_time_s)
+
+
+CALLED_FROM_PYTHON = """
+import os, sys
+from pathlib import Path
+from flows.train import train
+
+assert not os.environ.get("PREFECT_API_URL")
+summary = train(env="CartPole-v1", scheduler="fixed:1", max_rounds=1, fragment=64, local_workers=1, log_model=False,
+                tracking_uri=sys.argv[1], checkpoint_dir=sys.argv[2])
+servers = []
+for proc in Path("/proc").iterdir():
+    if proc.name.isdigit():
+        try:
+            args = (proc / "cmdline").read_bytes().split(b"\\0")
+        except OSError:
+            continue
+        if b"deployments.local_api" in args and str(os.getpid()).encode() in args:
+            servers.append(proc.name)
+from mlflow.tracking import MlflowClient
+from prefect import get_client
+with get_client(sync_client=True) as client:
+    flow_run = client.read_flow_run(MlflowClient(sys.argv[1]).get_run(summary.run_id).data.tags["prefect.flow_run_id"])
+print("API", os.environ["PREFECT_API_URL"], "SERVERS", ",".join(servers), "STATE", flow_run.state.type.value)
+"""
+
+
+def test_the_flow_called_from_python_runs_on_the_projects_api_and_leaves_no_server(tmp_path):
+    """No PREFECT_API_URL: the call starts the project's temporary API (not Prefect's own
+    ephemeral server), the flow run is recorded there, and the server is gone once the process is."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env["PREFECT_HOME"] = str(tmp_path / "home")
+    done = subprocess.run([sys.executable, "-c", CALLED_FROM_PYTHON, f"sqlite:///{tmp_path / 'm.db'}",
+                           str(tmp_path / "ckpt")], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = next(x for x in done.stdout.splitlines() if x.startswith("API "))
+    _, api, _, servers, _, state = line.split()
+    assert api.startswith("http://127.0.0.1:") and state == "COMPLETED"
+    pids = [int(p) for p in servers.split(",") if p]
+    assert len(pids) == 1  # one server of the project's, serving this process
+    time.sleep(1.0)
+    assert not Path(f"/proc/{pids[0]}").exists() or "Z" in Path(f"/proc/{pids[0]}/stat").read_text().split(")")[1][:3]

@@ -6,11 +6,11 @@
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
-from prefect import flow
 from prefect.runtime import flow_run as flow_run_context
 
 from flows.experiments.common import LEARNED, Experiment, actor_steps, learned_spec
 from flows.experiments.results import ActorsCurveResult
+from flows.served_flow import served_flow
 from models.report.experiment_stats import mean_curve, mean_phases, phase_row, summary_record
 from models.run.workload import Placement, Workload, workload_env
 
@@ -19,7 +19,7 @@ def actors_curve_run_name() -> str:
     return f"actors-curve-{workload_env(flow_run_context.parameters)}"
 
 
-@flow(name="actors-curve", flow_run_name=actors_curve_run_name, persist_result=False, validate_parameters=True)
+@served_flow(name="actors-curve", flow_run_name=actors_curve_run_name, persist_result=False, validate_parameters=True)
 def actors_curve(
     workload: Workload | None = None,
     placement: Placement | None = None,

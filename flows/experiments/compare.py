@@ -10,12 +10,13 @@ import dataclasses
 from dataclasses import dataclass, field
 
 import matplotlib.pyplot as plt
-from prefect import flow, get_run_logger
+from prefect import get_run_logger
 from prefect.runtime import flow_run as flow_run_context
 
 from flows.experiments.common import LEARNED, Experiment, actor_steps, bars, learned_spec
 from flows.experiments.results import CompareResult
 from flows.impact import prepare_impact
+from flows.served_flow import served_flow
 from models.billing.cost import PriceTable
 from models.errors import ConfigError
 from models.impact.progress import ImpactSummary
@@ -58,7 +59,7 @@ def compare_run_name() -> str:
     return f"compare-{workload_env(flow_run_context.parameters)}"
 
 
-@flow(name="compare-schedulers", flow_run_name=compare_run_name, persist_result=False, validate_parameters=True)
+@served_flow(name="compare-schedulers", flow_run_name=compare_run_name, persist_result=False, validate_parameters=True)
 def compare_schedulers(
     workload: Workload | None = None, placement: Placement | None = None, seeds: list[int] | None = None,
     learned: str = LEARNED, more_learned: dict[str, str] | None = None, baselines: list[str] | None = None,

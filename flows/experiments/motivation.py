@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import numpy as np
-from prefect import flow
 from prefect.runtime import flow_run as flow_run_context
 
 from flows.experiments.common import Experiment, actor_steps, bars
 from flows.experiments.results import MotivationResult
+from flows.served_flow import served_flow
 from models.report.experiment_stats import actor_rounds, aggregate, mean_std, row_metrics, stripped
 from models.run.workload import Placement, Workload, workload_env
 
@@ -24,7 +24,7 @@ def motivation_run_name() -> str:
     return f"motivation-{workload_env(p)}-n{p.get('n', 8)}"
 
 
-@flow(name="motivation", flow_run_name=motivation_run_name, persist_result=False, validate_parameters=True)
+@served_flow(name="motivation", flow_run_name=motivation_run_name, persist_result=False, validate_parameters=True)
 def motivation(
     workload: Workload | None = None,
     placement: Placement | None = None,

@@ -11,12 +11,13 @@ import math
 from pathlib import Path
 
 import matplotlib.pyplot as plt
-from prefect import flow, get_run_logger
+from prefect import get_run_logger
 from prefect.runtime import flow_run as flow_run_context
 
 from flows.experiments.common import LEARNED, Experiment, bars, learned_spec
 from flows.experiments.results import TransferResult
 from flows.scheduler_flows import DEFAULT_I_MAX, finetune_scheduler, scheduler_target, train_scheduler
+from flows.served_flow import served_flow
 from models.report.experiment_stats import aggregate, row_metrics, stripped
 from models.run.workload import Placement, Workload, workload_env
 from models.scheduling.training import SchedulerTrainingResult
@@ -28,7 +29,7 @@ def transfer_run_name() -> str:
     return f"transfer-to-{workload_env(flow_run_context.parameters, TRANSFER_ENV)}"
 
 
-@flow(name="scheduler-transfer", flow_run_name=transfer_run_name, persist_result=False, validate_parameters=True)
+@served_flow(name="scheduler-transfer", flow_run_name=transfer_run_name, persist_result=False, validate_parameters=True)
 def scheduler_transfer(
     workload: Workload | None = None, placement: Placement | None = None, source: str = LEARNED,
     finetune_episodes: int = 10, scratch_episodes: int | None = None, batch_episodes: int = 2,
