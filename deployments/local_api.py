@@ -63,9 +63,9 @@ DB_TEMPLATE_ENV = "MINIONSRL_PREFECT_DB_TEMPLATE"
 
 def prepare_sqlite_database() -> None:
     """A new SQLite database, created once however many servers start on it at once: under an
-    exclusive lock beside it, the first to come migrates it (or copies the migrated template
-    $MINIONSRL_PREFECT_DB_TEMPLATE names, ~10 s of a server's 16 s start here); the others wait,
-    then find it at head, as their own start-up migration does. (Three first trainings on a new
+    exclusive lock beside it, the first to come migrates it and registers the block types (or
+    copies the migrated template $MINIONSRL_PREFECT_DB_TEMPLATE names, ~10 s of a server's 16 s
+    start here); the others wait, then find it complete, as their own start-up does. (Three first trainings on a new
     PREFECT_HOME used to race to create it, and one or two servers exited with code 3.)"""
     from prefect.settings import get_current_settings
 
@@ -88,11 +88,21 @@ def prepare_sqlite_database() -> None:
 
 
 def _migrate() -> None:
+    """What a server's start-up does first to a new database, done here under the lock: the
+    migrations, then the block types (concurrent registrations of them collide on their slug)."""
     import asyncio
 
     from prefect.server.database import provide_database_interface
+    from prefect.server.models.block_registration import run_block_auto_registration
 
-    asyncio.run(provide_database_interface().create_db())
+    async def create() -> None:
+        db = provide_database_interface()
+        await db.create_db()
+        session = await db.session()
+        async with session:
+            await run_block_auto_registration(session=session)
+
+    asyncio.run(create())
 
 
 def _save_template(database: Path, template: Path) -> None:
