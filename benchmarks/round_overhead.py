@@ -14,6 +14,7 @@ both alike, each from an empty database (its own PREFECT_HOME); the table gives 
 the repeats.
 
     .venv/bin/python -m benchmarks.round_overhead --actors 8 32 --database sqlite postgres --repeats 3
+    .venv/bin/python -m benchmarks.round_overhead --actors 8 --rounds 10 --api-url http://127.0.0.1:4200/api
 """
 
 from __future__ import annotations
@@ -87,7 +88,11 @@ def main() -> None:
                         help="the temporary API's database; two: interleaved child runs")
     parser.add_argument("--repeats", type=int, default=1, help="runs per (actors, database), interleaved")
     parser.add_argument("--json", help="also write the rows here")
+    parser.add_argument("--api-url", help="run against this Prefect API (a user's `prefect server start`, a "
+                                          "PostgreSQL-backed or a remote one) instead of a temporary one")
     args = parser.parse_args()
+    if args.api_url:
+        os.environ["PREFECT_API_URL"] = args.api_url
     if os.environ.get("PREFECT_API_URL") and args.database != ["sqlite"]:
         parser.error("--database picks the temporary API's database: unset PREFECT_API_URL")
     if len(args.database) > 1 or args.repeats > 1:
@@ -100,7 +105,8 @@ def main() -> None:
         quiet_console()  # the console as `python -m flows.train` has it (round chatter goes only to the API)
         uri = default_tracking_uri()
         with prefect_api(database=args.database[0]):
-            rows = [measure(n, args.rounds, args.fragment, uri) | {"database": args.database[0]}
+            served_by = args.api_url or os.environ.get("PREFECT_API_URL") or f"temporary ({args.database[0]})"
+            rows = [measure(n, args.rounds, args.fragment, uri) | {"database": served_by}
                     for n in args.actors]
     if args.json:
         with open(args.json, "w") as f:
