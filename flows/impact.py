@@ -43,9 +43,11 @@ from models.impact.learner import ImpactLearner
 from models.impact.progress import STOP_CHUNKS, ImpactChunkRecord, ImpactProgress, ImpactSummary
 from models.run.workload import Overrides, split_parameters
 from tasks.impact.dask_pool import DaskImpactActorPool
+from tasks.impact.inbox import FragmentInbox
 from tasks.impact.learn_chunk import ChunkClock
 from tasks.impact.learn_chunk import learn_chunk as learn_chunk_body
 from tasks.impact.local_pool import ImpactActorPool
+from tasks.impact.virtual_pool import VirtualImpactActorPool
 
 
 @dataclass
@@ -54,7 +56,7 @@ class _Training:
 
     cfg: ImpactRunConfig
     learner: ImpactLearner
-    pool: ImpactActorPool | DaskImpactActorPool
+    pool: FragmentInbox
     progress: ImpactProgress
     clock: ChunkClock
     orchestration_s: float = 0.0
@@ -113,13 +115,15 @@ def impact(
         seed: run seed (default 0).
         target_return: J; stop once the mean of the last return_window completed episodes reaches it.
         max_env_steps: env-step budget: stop once actors have delivered this many steps.
-        max_wall_s: wall-clock limit of the training, seconds.
+        max_wall_s: time limit of the training, seconds (the cloud clock with the virtual backend).
         chunk_steps: learner steps per learn-chunk task (and per MLflow step).
         return_window: completed episodes averaged for the return compared with J.
         max_chunks: stop after this many chunks (smoke tests); 0 or unset: no limit.
         impact: overrides of models/impact/config.py ImpactConfig, e.g. {"max_reuse": 3, "actors": 4}.
-        backend: where actors run: local (persistent processes here, the default) or dask
-            (long-running Dask tasks); work-pool is refused (its actors are one-shot by design).
+        backend: where actors run: local (persistent processes here, the default), dask
+            (long-running Dask tasks) or virtual (impact.actors actors as on a core each, computed
+            here on the cloud clock: the paper's 32-core cluster on any machine); work-pool is
+            refused (its actors are one-shot by design).
         backend_options: dask backend: {"dask_address": ...}, a running cluster's scheduler;
             default a LocalCluster with one worker per actor.
         learner_device: auto (CUDA when present, the default), cpu or cuda.
@@ -151,10 +155,8 @@ def run_impact(cfg: ImpactRunConfig, learner: ImpactLearner, tracker: RunTracker
                artifacts: ImpactArtifacts) -> ImpactSummary:
     """Start the actors, learn chunk by chunk until a stop rule holds, log each chunk."""
     logger = get_run_logger()
-    clock = ChunkClock(started_at=time.time())  # the cluster's wall time starts with its actors
-    pool_class = DaskImpactActorPool if cfg.backend == "dask" else ImpactActorPool
-    options = {"address": cfg.dask_address} if cfg.backend == "dask" else {}
-    with pool_class(cfg.env_id, cfg.impact, len(learner.weights_vector()), cfg.seed, **options) as pool, \
+    clock = ChunkClock(started_at=time.time())  # the cluster's time starts with its actors
+    with actor_pool(cfg, len(learner.weights_vector()), clock) as pool, \
             interrupts.deferred(abandon=pool.close):  # a Ctrl-C: raised at the checks, the actors closed
         pool.publish(learner.weights_vector(), learner.version, learner.norm_state())
         progress = ImpactProgress(cfg.target_return, cfg.max_env_steps, cfg.max_wall_s, cfg.return_window)
@@ -168,9 +170,10 @@ def run_impact(cfg: ImpactRunConfig, learner: ImpactLearner, tracker: RunTracker
             t_log = time.perf_counter()
             tracker.log_metrics(metrics, step=chunk)
             training.orchestration_s += time.perf_counter() - t_log
-            logger.info("chunk %d: %d learner steps, return %.1f, %d env steps, lag %.1f, wall %.1fs",
+            logger.info("chunk %d: %d learner steps, return %.1f, %d env steps, lag %.1f, cloud %.1fs, wall %.1fs",
                         chunk, learner.version, metrics["rollout/ep_return_mean"], progress.env_steps,
-                        metrics.get("impact/policy_lag_mean", math.nan), metrics["time/total_wall_s"])
+                        metrics.get("impact/policy_lag_mean", math.nan), metrics["time/total_cloud_s"],
+                        metrics["time/total_wall_s"])
             chunk += 1
             if cfg.max_chunks and chunk >= cfg.max_chunks and progress.stop_reason is None:
                 progress.stop_reason = STOP_CHUNKS
@@ -178,11 +181,13 @@ def run_impact(cfg: ImpactRunConfig, learner: ImpactLearner, tracker: RunTracker
             artifacts.chunk_done(ImpactChunkRecord(
                 chunk=chunk - 1, learner_steps=learner.version, env_steps=progress.env_steps,
                 mean_return=progress.mean_return, policy_lag_mean=metrics.get("impact/policy_lag_mean", math.nan),
-                wall_s=metrics["time/total_wall_s"], server_cluster_usd=bill.server_cluster_usd), progress.stop_reason)
+                wall_s=metrics["time/total_wall_s"], cloud_s=metrics["time/total_cloud_s"], server_cluster_usd=bill.server_cluster_usd), progress.stop_reason)
         summary = impact_summary(training, chunk, pool.counters.replacements, tracker)
     tracker.set_tags({"minionsrl.stop_reason": summary.stop_reason})
     tracker.log_metrics({"summary/target_reached": float(summary.target_reached),
-                         "summary/time_to_stop_s": summary.wall_s, "summary/wall_s": summary.wall_s,
+                         "summary/time_to_stop_s": summary.cloud_s, "summary/wall_time_s": summary.wall_s,
+                         "summary/cloud_time_s": summary.cloud_s,
+                         "summary/server_cluster_at_wall_usd": summary.server_cluster_at_wall_usd,
                          "summary/env_steps": float(summary.env_steps),
                          "summary/cost_usd": summary.server_cluster_cost_usd,
                          "summary/server_cluster_cost_usd": summary.server_cluster_cost_usd,
@@ -190,44 +195,63 @@ def run_impact(cfg: ImpactRunConfig, learner: ImpactLearner, tracker: RunTracker
                          "summary/serverless_cost_usd": summary.serverless_cost_usd,
                          "summary/orchestration_frac": summary.orchestration_frac},
                         step=max(chunk - 1, 0))
-    logger.info("stopped: %s after %d chunks, %d env steps, %.1fs; MLflow run %s", summary.stop_reason,
-                chunk, summary.env_steps, summary.wall_s, tracker.run_id)
+    logger.info("stopped: %s after %d chunks, %d env steps, cloud %.1fs (%s), wall %.1fs; MLflow run %s",
+                summary.stop_reason, chunk, summary.env_steps, summary.cloud_s, summary.clock, summary.wall_s,
+                tracker.run_id)
     return summary
 
 
-def training_bill(training: _Training, wall_s: float) -> ImpactBill:
+def actor_pool(cfg: ImpactRunConfig, n_weights: int, clock: ChunkClock) -> FragmentInbox:
+    """The run's actors: real processes (local), Dask tasks, or on the cloud clock (virtual, which
+    then keeps the clock's cloud time)."""
+    if cfg.backend == "dask":
+        return DaskImpactActorPool(cfg.env_id, cfg.impact, n_weights, cfg.seed, address=cfg.dask_address)
+    if cfg.backend == "virtual":
+        pool = VirtualImpactActorPool(cfg.env_id, cfg.impact, n_weights, cfg.seed)
+        clock.cloud = pool.cloud_s
+        return pool
+    return ImpactActorPool(cfg.env_id, cfg.impact, n_weights, cfg.seed)
+
+
+def clock_name(cfg: ImpactRunConfig) -> str:
+    """Which clock the run's cloud time is: the virtual executor's, or this machine's wall."""
+    return "virtual" if cfg.backend == "virtual" else "wall"
+
+
+def training_bill(training: _Training) -> ImpactBill:
     cfg, clock = training.cfg, training.clock
-    return bill_impact(wall_s, cfg.impact.actors, clock.actor_busy_s, clock.learner_s,
+    return bill_impact(clock.cloud_s(), clock.wall_s(), cfg.impact.actors, clock.actor_busy_s, clock.learner_s,
                        training.learner.device.type, cfg.prices)
 
 
 def chunk_figures(training: _Training, metrics: dict[str, float], task_s: float) -> ImpactBill:
     """Add a chunk's wall time, bill and orchestration to its metrics; the bill so far."""
-    wall_s = time.time() - training.clock.started_at
-    bill = training_bill(training, wall_s)
-    metrics.update({"time/total_wall_s": wall_s,
+    wall_s, cloud_s = training.clock.wall_s(), training.clock.cloud_s()
+    bill = training_bill(training)
+    metrics.update({"time/total_wall_s": wall_s, "time/total_cloud_s": cloud_s,
                     "time/task_overhead_s": max(task_s - metrics["time/chunk_body_s"], 0.0),
                     "cost/learner_on_cuda": float(training.learner.device.type == "cuda"), **bill.metrics()})
     # Orchestration so far: every chunk task's Prefect overhead plus MLflow logging (the earlier
     # chunks'; this chunk's own log is counted with the next one and in the summary).
     training.orchestration_s += metrics["time/task_overhead_s"]
     metrics["time/orchestration_s"] = training.orchestration_s
-    metrics["time/orchestration_frac"] = training.orchestration_s / max(wall_s, 1e-9)
-    if training.clock.first_fragment_at is not None:
-        metrics["time/actors_first_fragment_s"] = training.clock.first_fragment_at - training.clock.started_at
+    metrics["time/orchestration_frac"] = training.orchestration_s / max(cloud_s, 1e-9)
+    if training.clock.first_fragment_s is not None:
+        metrics["time/actors_first_fragment_s"] = training.clock.first_fragment_s
     return bill
 
 
 def impact_summary(training: _Training, chunks: int, replacements: int, tracker: RunTracker) -> ImpactSummary:
     cfg, progress, learner = training.cfg, training.progress, training.learner
-    wall_s = time.time() - training.clock.started_at
-    bill = training_bill(training, wall_s)
+    wall_s, cloud_s = training.clock.wall_s(), training.clock.cloud_s()
+    bill = training_bill(training)
     return ImpactSummary(
         run_id=str(tracker.run_id), env_id=cfg.env_id, seed=cfg.seed, stop_reason=str(progress.stop_reason),
         env_steps=progress.env_steps, learner_steps=learner.version, chunks=chunks,
-        final_return=progress.mean_return, wall_s=wall_s, server_cluster_cost_usd=bill.server_cluster_usd,
+        final_return=progress.mean_return, wall_s=wall_s, cloud_s=cloud_s, clock=clock_name(cfg),
+        server_cluster_cost_usd=bill.server_cluster_usd, server_cluster_at_wall_usd=bill.server_cluster_at_wall_usd,
         server_cluster_cost_no_startup_usd=bill.server_cluster_no_startup_usd,
-        serverless_cost_usd=bill.serverless_usd, orchestration_frac=training.orchestration_s / max(wall_s, 1e-9),
+        serverless_cost_usd=bill.serverless_usd, orchestration_frac=training.orchestration_s / max(cloud_s, 1e-9),
         actor_replacements=replacements, learner_device=learner.device.type, tracking_uri=tracker.tracking_uri)
 
 
@@ -244,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
         return status
     for s in summaries:
         print(f"seed {s.seed}: {s.stop_reason}, final return {s.final_return:.1f}, {s.env_steps} env steps, "
-              f"{s.learner_steps} learner steps, wall {s.wall_s:.1f}s, server cluster ${s.server_cluster_cost_usd:.4f} "
+              f"{s.learner_steps} learner steps, cloud {s.cloud_s:.1f}s ({s.clock} clock), wall {s.wall_s:.1f}s, "
+              f"server cluster ${s.server_cluster_cost_usd:.4f} "
               f"(${s.server_cluster_cost_no_startup_usd:.4f} without start-up), serverless ${s.serverless_cost_usd:.5f}, "
               f"orchestration {100 * s.orchestration_frac:.1f}% of wall, actors replaced {s.actor_replacements}")
     if summaries:

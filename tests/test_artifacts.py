@@ -175,7 +175,7 @@ def test_a_failed_impact_training_publishes_its_chunks_and_the_error(prefect_api
         artifacts = ImpactArtifacts(cfg, FakeTracker(), logging.getLogger("test-artifacts"), table_every=5)
         for i in range(2):
             artifacts.chunk_done(ImpactChunkRecord(i, 5 * (i + 1), 1000 * (i + 1), 20.0, 0.5, 2.0 * (i + 1),
-                                                   0.01 * (i + 1)), None)
+                                                   2.0 * (i + 1), 0.01 * (i + 1)), None)
         artifacts.failed(RuntimeError("actor 0 died"))
         return artifacts.keys
 

@@ -90,13 +90,15 @@ def test_a_cluster_round_is_bounded_by_its_wall_time_at_the_cluster_price(prices
 
     shape = dataclasses.replace(SHAPE, host_cores=2)
     prior_wall = 2 * (10.0 + 64 * 0.0025) + 5.0  # 2 waves of prior actors + the overhead prior
-    bound = cluster_round_bound(4, shape, Measured(), prices, startup_due=True)
+    bound = cluster_round_bound(4, shape, Measured(), prices, "cuda", startup_due=True)
     learner_s = SHAPE.learner_s_per_unit_calibrated * SHAPE.units(4 * 64)
     assert bound.actors_usd + bound.learner_usd == pytest.approx(
         BOUND_MARGIN * (prior_wall + learner_s) * prices.server_per_s)
     assert bound.startup_usd == pytest.approx(300.0 * prices.server_per_s)
     measured = Measured()
     measured.observe([1.0] * 4, 0.5, 4 * 64, SHAPE, wall_s=7.0)
-    later = cluster_round_bound(4, shape, measured, prices)
+    later = cluster_round_bound(4, shape, measured, prices, "cuda")
     assert later.total_usd == pytest.approx(BOUND_MARGIN * 7.0 * prices.server_per_s)
     assert later.learner_usd == pytest.approx(BOUND_MARGIN * 7.0 * prices.server_learner_per_s)
+    on_cpu = cluster_round_bound(4, shape, measured, prices, "cpu")  # a CPU learner VM
+    assert on_cpu.learner_usd == pytest.approx(BOUND_MARGIN * 7.0 * 0.192 / 3600)

@@ -120,10 +120,13 @@ def test_round_cost_with_bigger_actor_memory(prices):
     ],
 )
 def test_server_cluster_cost_includes_startup(prices, wall_s, expected_usd):
-    assert server_cluster_cost(wall_s, prices) == pytest.approx(expected_usd, rel=1e-9)
+    assert server_cluster_cost(wall_s, prices, "cuda") == pytest.approx(expected_usd, rel=1e-9)
     # and without it: idle or not, every wall second is billed
-    assert server_cluster_cost(wall_s, prices, with_startup=False) == pytest.approx(
+    assert server_cluster_cost(wall_s, prices, "cuda", with_startup=False) == pytest.approx(
         wall_s * 7.092 / 3600, rel=1e-9, abs=1e-15)
+    # a learner on the CPU: its VM is a D4s_v5 ($0.192/h), not the V100 one ($3.06/h)
+    assert server_cluster_cost(wall_s, prices, "cpu") == pytest.approx(
+        (300 + wall_s) * (4 * 1.008 + 0.192) / 3600, rel=1e-9)
 
 
 USER_TABLE = """
@@ -150,6 +153,7 @@ memory_gb = 2.0
 price_per_hour = 3.6
 startup_s = 0.0
 learner_vm_per_hour = 1.6
+learner_cpu_vm_per_hour = 0.4
 actor_vm_per_hour = 1.0
 actor_vms = 2
 
@@ -179,7 +183,8 @@ def test_user_price_file_overrides_the_packaged_table(tmp_path):
     assert round_cost(10.0, [10.0, 20.0], table, "cuda") == pytest.approx(10 * 1.1e-4 + 30 * 2.05e-4)
     # learner on the CPU: 2 vCPU + 2 GB = 2.2e-4 $/s
     assert round_cost(10.0, [], table, "cpu") == pytest.approx(10 * 2.2e-4)
-    assert server_cluster_cost(10.0, table) == pytest.approx(1e-2)
+    assert server_cluster_cost(10.0, table, "cuda") == pytest.approx(1e-2)
+    assert server_cluster_cost(10.0, table, "cpu") == pytest.approx(10 * (2 * 1.0 + 0.4) / 3600)
 
 
 BROKEN_TABLES = {
@@ -253,15 +258,20 @@ def test_the_cluster_price_is_split_into_its_learner_and_actor_vms(prices):
     assert prices.server_actors_per_s == pytest.approx(4 * 1.008 / 3600, rel=1e-12)
     assert prices.server_learner_per_s + prices.server_actors_per_s == pytest.approx(prices.server_per_s, rel=1e-12)
     assert "NC6s_v3" in prices.server_parts_source and "E16-8s_v5" in prices.server_parts_source
+    assert prices.server_learner_cpu_per_s == pytest.approx(0.192 / 3600, rel=1e-12)
+    assert "D4s_v5" in prices.server_parts_source
 
 
 @pytest.mark.parametrize("wall_s", [0.0, 1.5, 60.0, 3600.0])
 def test_a_cluster_round_bills_price_times_wall_and_its_parts_add_up(prices, wall_s):
-    bill = bill_cluster_round(wall_s, "cpu", prices)
+    bill = bill_cluster_round(wall_s, "cuda", prices)
     assert bill.round_usd == pytest.approx(7.092 / 3600 * wall_s, rel=1e-12, abs=1e-15)
     assert bill.startup_usd == 0.0 and bill.projected_aci_startup_usd == 0.0
     assert bill.actors_usd + bill.learner_usd + bill.startup_usd == bill.round_usd
     assert bill.learner_usd == pytest.approx(3.06 / 3600 * wall_s, rel=1e-12, abs=1e-15)
+    on_cpu = bill_cluster_round(wall_s, "cpu", prices)  # the learner VM of the device that ran it
+    assert on_cpu.learner_usd == pytest.approx(0.192 / 3600 * wall_s, rel=1e-12, abs=1e-15)
+    assert on_cpu.actors_usd == bill.actors_usd
 
 
 def test_the_cluster_start_up_is_billed_once_when_asked(prices):
@@ -269,10 +279,10 @@ def test_the_cluster_start_up_is_billed_once_when_asked(prices):
     bills = [bill_cluster_round(w, "cuda", prices, with_startup=k == 0) for k, w in enumerate(walls)]
     total = sum(b.round_usd for b in bills)
     assert total == pytest.approx((300.0 + sum(walls)) * 7.092 / 3600, rel=1e-12)
-    assert total == pytest.approx(server_cluster_cost(sum(walls), prices), rel=1e-12)
+    assert total == pytest.approx(server_cluster_cost(sum(walls), prices, "cuda"), rel=1e-12)
     assert [b.startup_usd > 0 for b in bills] == [True, False, False]
     unasked = sum(bill_cluster_round(w, "cuda", prices).round_usd for w in walls)
-    assert unasked == pytest.approx(server_cluster_cost(sum(walls), prices, with_startup=False), rel=1e-12)
+    assert unasked == pytest.approx(server_cluster_cost(sum(walls), prices, "cuda", with_startup=False), rel=1e-12)
     assert {b.learner_device for b in bills} == {"cuda"}
 
 

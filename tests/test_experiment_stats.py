@@ -41,7 +41,8 @@ def _summary(time_s: float, cost: float, reached: bool, actors: list[int], seed:
     return RunSummary(run_id=f"r{seed}", env_id="CartPole-v1", scheduler="max", seed=seed,
                       stop_reason=STOP_TARGET if reached else "max_rounds", rounds=len(actors),
                       final_return=1.0, best_return=2.0, env_steps=100 * len(actors), cost_usd=cost,
-                      server_cluster_cost_usd=10 * cost, time_to_stop_s=time_s, wall_time_s=2 * time_s,
+                      server_cluster_cost_usd=10 * cost, time_to_stop_s=0.5 * time_s, wall_time_s=2 * time_s,
+                      cloud_time_s=time_s,
                       history=tuple(_round(k, a) for k, a in enumerate(actors)),
                       scheduler_trace=SchedulerTrace(mode="greedy", source=None, i_max=4, target_return=1.0,
                                                      max_rounds=3, budget_usd=None, features=(), steps=()))
@@ -68,7 +69,8 @@ def test_aggregate_mean_std_over_seeds():
     row = aggregate("x", runs)
     assert isinstance(row, AggregateRow)
     assert (row.label, row.runs, row.reached) == ("x", 2, 1)
-    assert row.time_s_mean == pytest.approx(3.0) and row.time_s_std == pytest.approx(1.0)
+    assert row.time_s_mean == pytest.approx(3.0) and row.time_s_std == pytest.approx(1.0)  # the cloud clock
+    assert row.value("wall_s_mean") == pytest.approx(6.0) and row.value("sum_pk_s_mean") == pytest.approx(1.5)
     assert row.cost_usd_mean == pytest.approx(0.2) and row.cost_usd_std == pytest.approx(0.1)
     assert row.rounds_mean == pytest.approx(2.5)
     assert row.actors_mean == pytest.approx(6.0)  # mean of the runs' means: (4 + 8) / 2
@@ -89,8 +91,8 @@ def test_aggregate_row_columns_keep_the_table_names_and_order():
     row = aggregate("server cluster", [_summary(2.0, 0.1, True, [4, 4])])
     more = row.with_columns(scheduler_training_wall_s=12.5, scheduler_episodes=3)
     assert list(more.as_dict()) == ["scheduler", "runs", "reached", "time_s_mean", "time_s_std", "cost_usd_mean",
-                                    "cost_usd_std", "rounds_mean", "actors_mean", "scheduler_training_wall_s",
-                                    "scheduler_episodes"]
+                                    "cost_usd_std", "rounds_mean", "actors_mean", "wall_s_mean", "sum_pk_s_mean",
+                                    "scheduler_training_wall_s", "scheduler_episodes"]
     assert more.value("scheduler") == "server cluster" and more.value("scheduler_episodes") == 3
     assert row.as_dict() == {k: v for k, v in more.as_dict().items() if not k.startswith("scheduler_")}  # frozen
     assert more.with_columns(scheduler_episodes=4).value("scheduler_episodes") == 4
@@ -166,7 +168,7 @@ def test_summary_record_drops_the_trace_and_keeps_json():
     s = _summary(2.0, 0.1, True, [4, 6])
     record = summary_record(s)
     assert "scheduler_trace" not in record and record["target_reached"] is True
-    assert record["time_to_stop_s"] == 2.0 and record["server_cluster_cost_usd"] == pytest.approx(1.0)
+    assert record["cloud_time_s"] == 2.0 and record["server_cluster_cost_usd"] == pytest.approx(1.0)
     assert [h["actors"] for h in record["history"]] == [4, 6]
     assert json.loads(json.dumps(record))["history"][1]["round_index"] == 1
     assert stripped({"max": [s]}) == {"max": [record]}

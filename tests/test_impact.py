@@ -132,14 +132,20 @@ def test_progress_stop_rules():
     assert r.check(61.0) == "wall_limit"
 
 
-def test_bill_is_the_cluster_for_the_wall_time_and_serverless_for_reference():
+def test_bill_is_the_cluster_for_the_cloud_time_on_the_learners_device_and_serverless_for_reference():
     prices = PriceTable.load()
-    bill = bill_impact(wall_s=100.0, actors=2, actor_busy_s=150.0, learner_s=40.0,
+    bill = bill_impact(cloud_s=100.0, wall_s=400.0, actors=2, actor_busy_s=150.0, learner_s=40.0,
                        learner_device="cpu", prices=prices)
-    assert bill.server_cluster_usd == server_cluster_cost(100.0, prices)
-    assert math.isclose(bill.server_cluster_usd - bill.server_cluster_no_startup_usd,
-                        prices.server_startup_s * prices.server_per_s)
+    # a CPU learner: 4 actor VMs at $1.008/h and a D4s_v5 at $0.192/h, for 300 s start-up + 100 s
+    assert bill.server_cluster_usd == pytest.approx(400 * 4.224 / 3600, rel=1e-12)
+    assert bill.server_cluster_no_startup_usd == pytest.approx(100 * 4.224 / 3600, rel=1e-12)
+    assert bill.server_cluster_at_wall_usd == pytest.approx(700 * 4.224 / 3600, rel=1e-12)  # labelled, not the cost
+    assert bill.always_on_pool_usd == pytest.approx(100 * (2 * 0.04495 + 0.2332) / 3600, rel=1e-12)
     assert math.isclose(bill.serverless_usd, 150.0 * prices.actor_per_second + 40.0 * prices.learner_per_second("cpu"))
+    on_cuda = bill_impact(cloud_s=100.0, wall_s=400.0, actors=2, actor_busy_s=150.0, learner_s=40.0,
+                          learner_device="cuda", prices=prices)
+    assert on_cuda.server_cluster_usd == pytest.approx(400 * 7.092 / 3600, rel=1e-12)  # the paper's V100 cluster
+    assert on_cuda.server_cluster_usd == server_cluster_cost(100.0, prices, "cuda")
 
 
 def test_config_presets_and_bad_input():

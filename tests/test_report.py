@@ -138,7 +138,7 @@ def chunk(i: int, env_steps: int, wall_s: float, ret: float = 21.5):
     from models.impact.progress import ImpactChunkRecord
 
     return ImpactChunkRecord(chunk=i, learner_steps=50 * (i + 1), env_steps=env_steps, mean_return=ret,
-                             policy_lag_mean=1.25, wall_s=wall_s, server_cluster_usd=0.001 * (i + 1))
+                             policy_lag_mean=1.25, wall_s=wall_s, cloud_s=wall_s, server_cluster_usd=0.001 * (i + 1))
 
 
 def test_impact_progress_follows_the_nearest_stop_rule():
@@ -163,16 +163,19 @@ def test_impact_chunk_rows_and_summary():
     rows = impact_chunk_rows([chunk(0, 512, 1.5, math.nan), chunk(1, 1024, 3.25)])
     assert [tuple(r) for r in rows] == [IMPACT_CHUNK_COLUMNS] * 2
     assert rows[0] == {"chunk": 0, "learner steps": 50, "env steps": 512, "return": None, "policy lag": 1.25,
-                       "wall (s)": 1.5, "server cluster ($)": 0.001}
+                       "cloud (s)": 1.5, "wall (s)": 1.5, "server cluster ($)": 0.001}
     s = ImpactSummary(run_id="0123456789abcdef", env_id="CartPole-v1", seed=2, stop_reason="target_reached",
                       env_steps=80_000, learner_steps=400, chunks=8, final_return=480.0, wall_s=95.5,
+                      cloud_s=12.25, clock="virtual", server_cluster_at_wall_usd=0.4,
                       server_cluster_cost_usd=0.25, server_cluster_cost_no_startup_usd=0.02,
                       serverless_cost_usd=0.004, orchestration_frac=0.012, actor_replacements=0,
                       learner_device="cpu", tracking_uri="sqlite:////tmp/m/mlflow.db")
     text = impact_summary_markdown(s, MlflowLinks("sqlite:////tmp/m/mlflow.db", "4", s.run_id), 475.0)
     assert "**Stopped: target_reached**" in text and "| target J reached | yes (J = 475) |" in text
     for part in ("| chunks | 8 |", "| learner steps | 400 |", "| env steps | 80000 |", "| final return | 480.0 |",
-                 "| wall time | 95.50 s |", "$0.250000 with its start-up, $0.020000 without",
+                 "| time, cloud clock (the virtual executor: a core per actor) | 12.25 s |",
+                 "| wall time (this machine's clock) | 95.50 s |", "$0.250000 with its start-up, $0.020000 without",
+                 "| server cluster for this machine's wall, for reference | $0.400000 |",
                  "| serverless, for reference | $0.004000 |"):
         assert part in text, part
     assert "mlflow ui --backend-store-uri sqlite:////tmp/m/mlflow.db" in text

@@ -52,18 +52,21 @@ def test_a_server_cluster_run_bills_its_wall_time_on_the_same_actor_processes(pr
     assert sorted(billed_wall) == [0, 1]
     assert all(round_s[k] <= cluster_round[k] <= round_wall[k] and billed_wall[k] >= cluster_round[k] > 0
                for k in (0, 1))
-    # billed: the cluster's price x its wall time, idle included, + its start-up once (round 0)
+    # billed: the cluster's price x its wall time, idle included, + its start-up once (round 0); the
+    # learner ran on the CPU here, so its VM is the CPU one (4 actor VMs at $1.008/h + a D4s_v5 at $0.192/h)
+    per_s = prices.server_cluster_per_second(summary.learner_device)
+    assert summary.learner_device != "cpu" or math.isclose(per_s, (4 * 1.008 + 0.192) / 3600, rel_tol=1e-12)
     assert math.isclose(sum(per_round.values()),
-                        prices.server_per_s * (sum(billed_wall.values()) + prices.server_startup_s), rel_tol=1e-9)
+                        per_s * (sum(billed_wall.values()) + prices.server_startup_s), rel_tol=1e-9)
     startup = history(client, run.info.run_id, "cost/startup_usd")
-    assert math.isclose(startup[0], 300.0 * prices.server_per_s, rel_tol=1e-12) and startup[1] == 0.0
+    assert math.isclose(startup[0], 300.0 * per_s, rel_tol=1e-12) and startup[1] == 0.0
     parts = [history(client, run.info.run_id, f"cost/{p}_usd") for p in ("actors", "learner", "startup")]
     for k in (0, 1):
         assert math.isclose(sum(p[k] for p in parts), per_round[k], rel_tol=1e-12)
     metrics = run.data.metrics
     assert math.isclose(metrics["summary/cost_usd"], metrics["summary/server_cluster_cost_usd"], rel_tol=1e-9)
     assert math.isclose(metrics["summary/server_cluster_cost_no_startup_usd"],
-                        prices.server_per_s * sum(billed_wall.values()), rel_tol=1e-9)
+                        per_s * sum(billed_wall.values()), rel_tol=1e-9)
     # the cluster's actors: one pool of CORES processes, started once, reused in round 1
     pids = json.loads(run.data.tags["minionsrl.worker_pids"])
     assert len(pids) == CORES

@@ -134,7 +134,7 @@ def test_the_learner_start_up_is_billed_once_on_the_learner_device():
     assert summary.actors_cost_usd + summary.learner_cost_usd + summary.startup_cost_usd == \
         pytest.approx(summary.cost_usd, rel=1e-12)
     assert summary.server_cluster_cost_usd - summary.server_cluster_cost_no_startup_usd == \
-        pytest.approx(s.prices.server_startup_s * s.prices.server_per_s)
+        pytest.approx(s.prices.server_startup_s * s.prices.server_cluster_per_second(s.learner_device))
 
 
 def test_state_reports_the_last_round_to_the_scheduler():

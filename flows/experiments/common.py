@@ -189,7 +189,8 @@ class Experiment:
             self._keep(FinishedRun(IMPACT_SCHEDULER, seed, IMPACT_SCHEDULER, impact=summary))
         stop = "J reached" if summary.target_reached else summary.stop_reason
         self.count_done(1, f"impact seed {seed}: {stop} after {summary.env_steps} env steps "
-                           f"({summary.wall_s:.1f} s wall, ${summary.server_cluster_cost_usd:.4f} as the cluster)")
+                           f"({summary.cloud_s:.1f} s on the {summary.clock} clock, {summary.wall_s:.1f} s wall, "
+                           f"${summary.server_cluster_cost_usd:.4f} as the cluster)")
         return summary
 
     # -- resuming ------------------------------------------------------------------------
@@ -237,8 +238,8 @@ class Experiment:
     def _take_kept(self, label: str, seed: int, scheduler: str) -> FinishedRun | None:
         """The run a resumed experiment finished before as (label, seed), if it ran `scheduler`."""
         kept = self._kept.pop((label, seed), None)
-        if kept is None or kept.scheduler != scheduler:
-            return None
+        if kept is None or kept.scheduler != scheduler or not kept.has_cloud_clock:
+            return None  # a run measured before the cloud clock runs again: one clock per table
         return kept
 
     def _keep(self, run: FinishedRun) -> None:

@@ -28,7 +28,6 @@ from models.report.experiment_stats import (
     best_fixed,
     fixed_sweep,
     judge_against_best_fixed,
-    mean_std,
     metric_label,
     row_metrics,
     same_schedule_as,
@@ -157,14 +156,10 @@ def table_rows(done: CompareRuns, impact_actors: int) -> list[AggregateRow]:
     # the cluster's start-up is an assumed price-table value: report the cluster without it too
     rows.append(aggregate("server cluster without start-up", done.cluster,
                           cost_key="server_cluster_cost_no_startup_usd"))
-    rows = [r.with_columns(wall_s_mean=mean_std(
-        [s.wall_time_s for s in (done.cluster if r.label.startswith("server cluster") else done.runs[r.label])])[0])
-        for r in rows]
-    if done.impact:  # its time is its wall time: IMPACT has no rounds, so no P_k
+    if done.impact:  # IMPACT has no rounds, so no P_k: its cloud time is its executor's
         for label, key in (("impact", "server_cluster_cost_usd"),
                            ("impact without start-up", "server_cluster_cost_no_startup_usd")):
-            row = aggregate_impact(label, done.impact, impact_actors, cost_key=key)
-            rows.append(row.with_columns(wall_s_mean=row.time_s_mean))
+            rows.append(aggregate_impact(label, done.impact, impact_actors, cost_key=key))
     best = best_fixed(rows)
     if best is not None:
         rows.append(dataclasses.replace(best, label=f"best fixed ({best.label})"))

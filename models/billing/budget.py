@@ -146,7 +146,7 @@ def _learner_s_bound(actors: int, shape: RunShape, measured: Measured) -> float:
 
 
 def cluster_round_bound(actors: int, shape: RunShape, measured: Measured, prices: PriceTable,
-                        startup_due: bool = False) -> RoundBound:
+                        learner_device: str, startup_due: bool = False) -> RoundBound:
     """A server-cluster round's bound (module docstring), in the parts of its bill
     (models/billing/cost.py bill_cluster_round); startup_due: this round pays the cluster's start-up."""
     if measured.rounds == 0 or measured.wall_s <= 0:
@@ -157,8 +157,9 @@ def cluster_round_bound(actors: int, shape: RunShape, measured: Measured, prices
         wall_s = measured.wall_s
     return RoundBound(actors=actors,
                       actors_usd=BOUND_MARGIN * wall_s * prices.server_actors_per_s,
-                      learner_usd=BOUND_MARGIN * wall_s * prices.server_learner_per_s,
-                      startup_usd=prices.server_startup_s * prices.server_per_s if startup_due else 0.0)
+                      learner_usd=BOUND_MARGIN * wall_s * prices.server_learner_per_second(learner_device),
+                      startup_usd=(prices.server_startup_s * prices.server_cluster_per_second(learner_device)
+                                   if startup_due else 0.0))
 
 
 def calibrate_learner(policy: torch.nn.Module, obs_shape: tuple[int, ...], obs_dtype, discrete: bool,

@@ -10,8 +10,9 @@ CPU. A round's bill has three parts that add up to it exactly (RoundBill):
   failed and retried attempts) and the idle seconds of kept-warm actors.
 
 A server-cluster run (models/run/config.py SYSTEM_CLUSTER) is billed by bill_cluster_round instead:
-the cluster's whole wall time, idle or not, split into its learner VM and its actor VMs, and its
-start-up once when asked.
+the cluster's whole time, idle or not, split into its learner VM and its actor VMs, and its
+start-up once when asked. Its learner VM is the one for the device the learner ran on: the
+paper's V100 VM on CUDA, a CPU VM of the learner's size on the CPU (one bill for the same work).
 """
 
 from __future__ import annotations
@@ -79,6 +80,8 @@ class PriceTable:
     """The cluster's learner VM: a part of server_per_s."""
     server_actors_per_s: float
     """The cluster's actor VMs together: the rest of server_per_s."""
+    server_learner_cpu_per_s: float
+    """The cluster's learner VM when the learner runs on the CPU: a CPU VM of its size."""
     server_parts_source: str
     prior: BudgetPrior
     source: str
@@ -164,7 +167,7 @@ class PriceTable:
     def learner_resources(self, device: str) -> Resources:
         """What the learner is billed as on `device` ('cuda', 'cuda:1', 'cpu'): each second on
         the resource it ran on."""
-        return self.learner if device.split(":")[0] == "cuda" else self.learner_cpu
+        return self.learner if _on_cuda(device) else self.learner_cpu
 
     def learner_per_second(self, device: str) -> float:
         return self.per_second(self.learner_resources(device))
@@ -172,6 +175,18 @@ class PriceTable:
     @property
     def actor_per_second(self) -> float:
         return self.per_second(self.actor)
+
+    def server_learner_per_second(self, device: str) -> float:
+        """The cluster's learner VM for a learner on `device`: the V100 VM on CUDA, else the CPU VM."""
+        return self.server_learner_per_s if _on_cuda(device) else self.server_learner_cpu_per_s
+
+    def server_cluster_per_second(self, device: str) -> float:
+        """The whole cluster, its learner VM the one for `device`."""
+        return self.server_actors_per_s + self.server_learner_per_second(device)
+
+
+def _on_cuda(device: str) -> bool:
+    return device.split(":")[0] == "cuda"
 
 
 def _section(raw: dict, name: str) -> dict:
@@ -200,8 +215,10 @@ def _cluster_parts(server: dict) -> dict[str, float | str]:
         raise ConfigError(f"[server_cluster] learner_vm_per_hour + actor_vms x actor_vm_per_hour = "
                           f"{learner + actors:g} must equal price_per_hour = {total:g}")
     return {"server_learner_per_s": learner / 3600, "server_actors_per_s": actors / 3600,
+            "server_learner_cpu_per_s": _number(server, "server_cluster", "learner_cpu_vm_per_hour") / 3600,
             "server_parts_source": " ".join(str(server.get(k, NO_SOURCE))
-                                            for k in ("learner_vm_source", "actor_vm_source"))}
+                                            for k in ("learner_vm_source", "learner_cpu_vm_source",
+                                                      "actor_vm_source"))}
 
 
 def _plain(value: Any) -> Any:
@@ -280,37 +297,43 @@ def round_cost(learner_s: float, actor_s: list[float], prices: PriceTable, learn
     return learner_s * prices.learner_per_second(learner_device) + sum(actor_s) * prices.actor_per_second
 
 
-def server_cluster_cost(wall_s: float, prices: PriceTable, with_startup: bool = True) -> float:
-    """The fixed cluster is billed for all wall-clock time, idle or not, and (with_startup) for
-    its start-up (a price-table value: report both, it can dominate short runs)."""
-    return ((prices.server_startup_s if with_startup else 0.0) + wall_s) * prices.server_per_s
+def server_cluster_cost(wall_s: float, prices: PriceTable, learner_device: str, with_startup: bool = True) -> float:
+    """The fixed cluster is billed for all its time, idle or not, and (with_startup) for its
+    start-up (a price-table value: report both, it can dominate short runs); its learner VM is
+    the one for learner_device."""
+    return ((prices.server_startup_s if with_startup else 0.0) + wall_s) * prices.server_cluster_per_second(
+        learner_device)
 
 
 def bill_cluster_round(wall_s: float, learner_device: str, prices: PriceTable, *,
                        with_startup: bool = False) -> RoundBill:
-    """A server-cluster round's bill: the whole cluster for the round's wall time, whether its
-    actors work or wait (actor VMs as actors_usd, the learner VM as learner_usd), and its
-    start-up (with_startup: the round that pays it) at the whole cluster's price."""
+    """A server-cluster round's bill: the whole cluster for the round's time, whether its
+    actors work or wait (actor VMs as actors_usd, the learner VM for learner_device as
+    learner_usd), and its start-up (with_startup: the round that pays it) at the whole cluster's price."""
     return RoundBill(
         actors_usd=wall_s * prices.server_actors_per_s,
-        learner_usd=wall_s * prices.server_learner_per_s,
-        startup_usd=prices.server_startup_s * prices.server_per_s if with_startup else 0.0,
+        learner_usd=wall_s * prices.server_learner_per_second(learner_device),
+        startup_usd=prices.server_startup_s * prices.server_cluster_per_second(learner_device) if with_startup else 0.0,
         learner_device=learner_device.split(":")[0])
 
 
 @dataclass(frozen=True)
 class ImpactBill:
-    """IMPACT billed as the fixed server cluster it runs on, and for reference as serverless."""
+    """IMPACT billed as the fixed server cluster it runs on (for its cloud time), and for
+    reference as serverless and for this machine's wall."""
 
     server_cluster_usd: float
-    """The cluster for the whole wall time, idle included, with its start-up (models/billing/cost.py)."""
+    """The cluster for the run's cloud time, idle included, with its start-up."""
     server_cluster_no_startup_usd: float
+    server_cluster_at_wall_usd: float
+    """The cluster for this machine's wall instead, with its start-up (labelled: what a real run
+    as slow as this machine would cost)."""
     serverless_actors_usd: float
     """Actor-seconds (each actor's busy sampling time) x the actor container's price."""
     serverless_learner_usd: float
     """Learner-seconds x the learner container's price on the device it ran on."""
     always_on_pool_usd: float
-    """The run's own always-on processes at container prices: actors + learner x wall time."""
+    """The run's own always-on processes at container prices: actors + learner x cloud time."""
 
     @property
     def serverless_usd(self) -> float:
@@ -321,19 +344,22 @@ class ImpactBill:
         what the run costs, here the server cluster with its start-up)."""
         return {"cost/total_usd": self.server_cluster_usd, "cost/server_cluster_usd": self.server_cluster_usd,
                 "cost/server_cluster_no_startup_usd": self.server_cluster_no_startup_usd,
+                "cost/server_cluster_at_wall_usd": self.server_cluster_at_wall_usd,
                 "cost/always_on_pool_usd": self.always_on_pool_usd, "cost/serverless_total_usd": self.serverless_usd,
                 "cost/serverless_actors_usd": self.serverless_actors_usd,
                 "cost/serverless_learner_usd": self.serverless_learner_usd}
 
 
-def bill_impact(wall_s: float, actors: int, actor_busy_s: float, learner_s: float,
+def bill_impact(cloud_s: float, wall_s: float, actors: int, actor_busy_s: float, learner_s: float,
                 learner_device: str, prices: PriceTable) -> ImpactBill:
-    """The run's bill so far (wall_s: the training's wall time, actors' start-up included)."""
+    """The run's bill so far: cloud_s its time with a core per actor (the virtual executor's, or
+    the wall when the actors ran for real), wall_s this machine's; both with the actors' start-up."""
     learner_price = prices.learner_per_second(learner_device)
     return ImpactBill(
-        server_cluster_usd=server_cluster_cost(wall_s, prices, with_startup=True),
-        server_cluster_no_startup_usd=server_cluster_cost(wall_s, prices, with_startup=False),
+        server_cluster_usd=server_cluster_cost(cloud_s, prices, learner_device, with_startup=True),
+        server_cluster_no_startup_usd=server_cluster_cost(cloud_s, prices, learner_device, with_startup=False),
+        server_cluster_at_wall_usd=server_cluster_cost(wall_s, prices, learner_device, with_startup=True),
         serverless_actors_usd=actor_busy_s * prices.actor_per_second,
         serverless_learner_usd=learner_s * learner_price,
-        always_on_pool_usd=wall_s * (actors * prices.actor_per_second + learner_price),
+        always_on_pool_usd=cloud_s * (actors * prices.actor_per_second + learner_price),
     )

@@ -21,7 +21,9 @@ from models.run.validation import check as _check
 from models.run.validation import with_overrides
 from models.run.workload import Placement, Workload
 
-IMPACT_BACKENDS = ("local", "dask")
+IMPACT_BACKENDS = ("local", "dask", "virtual")
+"""local and dask run the actors for real (their time is this machine's wall); virtual computes
+them here one fragment at a time as on a core each (tasks/impact/virtual_pool.py: the cloud clock)."""
 
 
 @dataclass(frozen=True)
@@ -123,7 +125,8 @@ class ImpactRunConfig:
     max_env_steps: int
     """Env-step budget: stop once actors have delivered this many steps."""
     max_wall_s: float
-    """Wall-clock limit of the training (learner and actors), seconds."""
+    """Time limit of the training (learner and actors), seconds: this machine's wall, or the cloud
+    clock with the virtual backend."""
     chunk_steps: int = 50
     """Learner steps per `learn-chunk-{i}` Prefect task (one MLflow step per chunk)."""
     max_chunks: int = 0
@@ -136,7 +139,8 @@ class ImpactRunConfig:
     learner_device: str = "auto"
     """auto (CUDA when present), cpu or cuda."""
     backend: str = "local"
-    """Where actors run: local (persistent processes here) or dask (long-running Dask tasks)."""
+    """Where actors run: local (persistent processes here), dask (long-running Dask tasks) or
+    virtual (as on a core each, on the cloud clock: the paper's 32 actors on a 2-core machine)."""
     dask_address: str | None = None
     """dask: scheduler address of a running cluster; None: a LocalCluster with one worker per actor."""
     impact: ImpactConfig = field(default_factory=ImpactConfig)
@@ -159,7 +163,7 @@ class ImpactRunConfig:
         _check(self.learner_device in ("auto", "cpu", "cuda"), "learner_device must be 'auto', 'cpu' or 'cuda'")
         _check(self.backend != "work-pool", "IMPACT cannot run on the 'work-pool' backend: its actors are one "
                                             "flow run per job, ephemeral and one-shot per round by design, and "
-                                            "IMPACT needs always-on actors that stream fragments; use local or dask")
+                                            "IMPACT needs always-on actors that stream fragments; use local, dask or virtual")
         _check(self.backend in IMPACT_BACKENDS, f"unknown backend {self.backend!r} for IMPACT; "
                                                 f"supported: {', '.join(IMPACT_BACKENDS)}")
         _check(self.dask_address is None or self.backend == "dask", "dask_address applies to the dask backend only")

@@ -67,7 +67,9 @@ class ImpactChunkRecord:
     """Mean of the last return_window completed episodes (NaN before any)."""
     policy_lag_mean: float
     wall_s: float
-    """The training's wall time so far, actors' start-up included."""
+    """The training's wall time so far on this machine, actors' start-up included."""
+    cloud_s: float
+    """The same on the cloud clock (the wall when the actors ran for real)."""
     server_cluster_usd: float
     """The server cluster's bill so far, with its start-up."""
 
@@ -85,14 +87,23 @@ class ImpactSummary:
     chunks: int
     final_return: float
     wall_s: float
+    """This machine's wall, from the actors' spawn to the stop."""
     server_cluster_cost_usd: float
+    """The cluster billed for cloud_s, its start-up included."""
     server_cluster_cost_no_startup_usd: float
     serverless_cost_usd: float
     orchestration_frac: float
-    """(Prefect task overhead + MLflow logging) / wall time, on the machine it ran on."""
+    """(Prefect task overhead + MLflow logging) / the cloud time."""
     actor_replacements: int
     learner_device: str
     tracking_uri: str
+    cloud_s: float = math.nan
+    """The same run on the cloud clock: actors and learner on a core each (the virtual backend's
+    executor), or the wall when the actors ran for real (clock 'wall'). NaN: kept from before it."""
+    clock: str = "wall"
+    """'virtual' or 'wall': what cloud_s is."""
+    server_cluster_at_wall_usd: float = math.nan
+    """The cluster billed for this machine's wall instead (labelled: not the run's cost)."""
 
     @property
     def target_reached(self) -> bool:

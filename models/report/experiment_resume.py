@@ -11,6 +11,7 @@ numpy, no pickle): reading one runs no code. Pure: no Prefect, no MLflow.
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -38,6 +39,12 @@ class FinishedRun:
     def __post_init__(self) -> None:
         if (self.summary is None) == (self.impact is None):
             raise ValueError("a finished run holds exactly one of a train summary and an IMPACT summary")
+
+    @property
+    def has_cloud_clock(self) -> bool:
+        """Whether it was measured on the cloud clock (runs kept before it existed were not)."""
+        cloud = self.summary.cloud_time_s if self.summary is not None else self.impact.cloud_s  # type: ignore[union-attr]
+        return math.isfinite(cloud)
 
 
 CODEC = Codec(FinishedRun)

@@ -5,8 +5,10 @@ from the finished runs lives here: mean and std over seeds, one aggregated row p
 (`AggregateRow`), the learned scheduler's actor count over thirds of a run (`PhaseRow`), the
 `<scheduler>/<key>` metrics of a table and its markdown form. No Prefect, no MLflow.
 
-Times are sums of P_k (models/run/session.py `RoundRecord.round_s`: one core per actor), never this
-machine's wall time.
+Two clocks, in every row: `time_s` is the cloud clock (the run as with a core per actor: each round's
+P_k plus its measured orchestration; IMPACT's virtual executor; models/run/records.py RunSummary
+cloud_time_s), the one every system is compared on; `wall_s` is this machine's. `sum_pk_s` (the
+paper's measure, orchestration left out) is shown beside them for PPO's rows.
 """
 
 from __future__ import annotations
@@ -87,32 +89,36 @@ class AggregateRow:
 
 
 def aggregate(label: str, summaries: Sequence[RunSummary], cost_key: str = "cost_usd") -> AggregateRow:
-    """One row of a comparison: time to stop and cost over seeds, and how often J was reached.
+    """One row of a comparison: time to stop on both clocks and cost over seeds, and how often J was reached.
 
     `cost_key` names the summary field billed: `cost_usd` (what the runs were billed) or, for
     server-cluster runs, `server_cluster_cost_usd` / `server_cluster_cost_no_startup_usd` (their
     bill with and without the cluster's start-up).
     """
-    time_m, time_s = mean_std([s.time_to_stop_s for s in summaries])
+    time_m, time_s = mean_std([s.cloud_time_s for s in summaries])
     cost_m, cost_s = mean_std([getattr(s, cost_key) for s in summaries])
     rounds_m, _ = mean_std([float(s.rounds) for s in summaries])
     actors_m, _ = mean_std([float(np.mean([h.actors for h in s.history])) for s in summaries if s.history])
     return AggregateRow(label=label, runs=len(summaries), reached=sum(bool(s.target_reached) for s in summaries),
                         time_s_mean=time_m, time_s_std=time_s, cost_usd_mean=cost_m, cost_usd_std=cost_s,
-                        rounds_mean=rounds_m, actors_mean=actors_m)
+                        rounds_mean=rounds_m, actors_mean=actors_m,
+                        extra=(("wall_s_mean", mean_std([s.wall_time_s for s in summaries])[0]),
+                               ("sum_pk_s_mean", mean_std([s.time_to_stop_s for s in summaries])[0])))
 
 
 def aggregate_impact(label: str, summaries: Sequence[ImpactSummary], actors: int,
                      cost_key: str = "server_cluster_cost_usd") -> AggregateRow:
-    """One row for IMPACT runs. IMPACT has no rounds and no P_k: its time is its wall time to
-    stop (actors and learner at once, on this machine), its rounds column its learner chunks,
-    and its cost the fixed server cluster it runs on (`cost_key`: with or without start-up)."""
-    time_m, time_s = mean_std([s.wall_s for s in summaries])
+    """One row for IMPACT runs. IMPACT has no rounds and no P_k: its time is its cloud time to
+    stop (the virtual executor's, or the wall when its actors ran for real), its rounds column its
+    learner chunks, and its cost the fixed server cluster it runs on (`cost_key`: with or without start-up)."""
+    time_m, time_s = mean_std([s.cloud_s for s in summaries])
     cost_m, cost_s = mean_std([getattr(s, cost_key) for s in summaries])
     chunks_m, _ = mean_std([float(s.chunks) for s in summaries])
     return AggregateRow(label=label, runs=len(summaries), reached=sum(bool(s.target_reached) for s in summaries),
                         time_s_mean=time_m, time_s_std=time_s, cost_usd_mean=cost_m, cost_usd_std=cost_s,
-                        rounds_mean=chunks_m, actors_mean=float(actors))
+                        rounds_mean=chunks_m, actors_mean=float(actors),
+                        extra=(("wall_s_mean", mean_std([s.wall_s for s in summaries])[0]),
+                               ("sum_pk_s_mean", math.nan)))
 
 
 def actor_rounds(summary: RunSummary) -> int:

@@ -293,31 +293,32 @@ def scheduler_summary_markdown(env_id: str, episodes: Sequence[SchedulerEpisodeR
 # -- IMPACT (flows/impact.py): the learner runs in chunks of learner steps ----------------------
 
 def impact_progress(last: ImpactChunkRecord | None, cfg: ImpactRunConfig, stop_reason: str | None = None) -> Progress:
-    """Progress toward whichever stop rule is nearest: env steps of max_env_steps, wall of
-    max_wall_s, chunks of max_chunks when set (J has no fraction to show); 100 % once stopped."""
+    """Progress toward whichever stop rule is nearest: env steps of max_env_steps, time (the run's
+    cloud clock) of max_wall_s, chunks of max_chunks when set (J has no fraction to show); 100 % once stopped."""
     if last is None:
         return Progress(0.0, f"actors starting (J={cfg.target_return:g}, up to {cfg.max_env_steps} env steps "
                              f"or {cfg.max_wall_s:g} s)")
     chunks = last.chunk + 1
-    nearest = max(last.env_steps / cfg.max_env_steps, last.wall_s / cfg.max_wall_s,
+    nearest = max(last.env_steps / cfg.max_env_steps, last.cloud_s / cfg.max_wall_s,
                   chunks / cfg.max_chunks if cfg.max_chunks else 0.0)
     percent = 100.0 if stop_reason else min(100.0, 100.0 * nearest)
     ret = "no episode ended" if math.isnan(last.mean_return) else f"return {last.mean_return:.1f}"
     figures = (f"{last.learner_steps} learner steps, {ret} vs J={cfg.target_return:g}, "
-               f"{last.env_steps} of {cfg.max_env_steps} env steps, {last.wall_s:.1f} of {cfg.max_wall_s:g} s wall")
+               f"{last.env_steps} of {cfg.max_env_steps} env steps, {last.cloud_s:.1f} of {cfg.max_wall_s:g} s "
+               f"{'on the cloud clock' if cfg.backend == 'virtual' else 'wall'}")
     head = f"stopped ({stop_reason}) after {chunks} chunks" if stop_reason else f"chunk {last.chunk}"
     return Progress(percent, f"{head}: {figures}")
 
 
-IMPACT_CHUNK_COLUMNS = ("chunk", "learner steps", "env steps", "return", "policy lag", "wall (s)",
-                        "server cluster ($)")
+IMPACT_CHUNK_COLUMNS = ("chunk", "learner steps", "env steps", "return", "policy lag", "cloud (s)",
+                        "wall (s)", "server cluster ($)")
 
 
 def impact_chunk_rows(records: Sequence[ImpactChunkRecord]) -> list[ArtifactRow]:
     """One row per chunk (IMPACT_CHUNK_COLUMNS), figures so far; NaN becomes None (JSON has no NaN)."""
     return [dict(zip(IMPACT_CHUNK_COLUMNS, (
         r.chunk, r.learner_steps, r.env_steps, _finite(r.mean_return, 2), _finite(r.policy_lag_mean, 2),
-        round(r.wall_s, 3), round(r.server_cluster_usd, 7)), strict=True)) for r in records]
+        round(r.cloud_s, 3), round(r.wall_s, 3), round(r.server_cluster_usd, 7)), strict=True)) for r in records]
 
 
 def _finite(x: float, digits: int) -> float | None:
@@ -339,15 +340,22 @@ def impact_summary_markdown(s: ImpactSummary, links: MlflowLinks, target_return:
         f"| env steps | {s.env_steps} |",
         f"| target J reached | {'yes' if s.target_reached else 'no'} (J = {target_return:g}) |",
         f"| final return | {_num(s.final_return)} |",
-        f"| wall time | {_num(s.wall_s, '.2f')} s |",
-        f"| cost: server cluster, billed | {_money(s.server_cluster_cost_usd)} with its start-up, "
+        f"| time, cloud clock ({_clock_words(s.clock)}) | {_num(s.cloud_s, '.2f')} s |",
+        f"| wall time (this machine's clock) | {_num(s.wall_s, '.2f')} s |",
+        f"| cost: server cluster for its cloud time | {_money(s.server_cluster_cost_usd)} with its start-up, "
         f"{_money(s.server_cluster_cost_no_startup_usd)} without |",
+        f"| server cluster for this machine's wall, for reference | {_money(s.server_cluster_at_wall_usd)} |",
         f"| serverless, for reference | {_money(s.serverless_cost_usd)} |",
-        f"| orchestration | {100 * s.orchestration_frac:.1f} % of wall |",
+        f"| orchestration | {100 * s.orchestration_frac:.1f} % of the cloud time |",
         f"| learner device, actors replaced | {s.learner_device}, {s.actor_replacements} |",
         "",
     ]
     return "\n".join(lines + mlflow_lines(links))
+
+
+def _clock_words(clock: str) -> str:
+    return ("the virtual executor: a core per actor" if clock == "virtual"
+            else "the actors ran for real: this machine's wall")
 
 
 # -- experiments (flows/experiments/): each run is one whole `train` run -------------------------

@@ -113,7 +113,7 @@ class TrainingSession:
         """An upper bound of the next round's cost with `actors` actors (models/billing/budget.py)."""
         if self.cfg.cluster:
             return cluster_round_bound(actors, self.shape, self.progress.measured, self.prices,
-                                       self._cluster_startup_due)
+                                       self.learner_device, self._cluster_startup_due)
         return round_bound(actors, self.shape, self.progress.measured, self.prices,
                            self.learner_startup_s if self._learner_startup_due else 0.0,
                            self._pool_startup_due_s)
@@ -241,8 +241,8 @@ class TrainingSession:
         metrics.update({
             "cost/total_usd": p.spent_usd,
             "cost/budget_left_usd": self.budget_left_usd,
-            "cost/server_cluster_usd": server_cluster_cost(self._cluster_basis_s(), self.prices),
-            "cost/server_cluster_no_startup_usd": server_cluster_cost(self._cluster_basis_s(), self.prices,
+            "cost/server_cluster_usd": server_cluster_cost(self._cluster_basis_s(), self.prices, self.learner_device),
+            "cost/server_cluster_no_startup_usd": server_cluster_cost(self._cluster_basis_s(), self.prices, self.learner_device,
                                                                       with_startup=False),
             "rollout/env_steps_total": float(p.env_steps),
             "time/total_round_s": p.sum_round_s,
@@ -299,12 +299,12 @@ class TrainingSession:
             seed=self.cfg.seed, stop_reason=p.stop_reason, rounds=p.round_index,
             final_return=last.mean_return if last else math.nan, best_return=p.best_return,
             env_steps=p.env_steps, cost_usd=p.spent_usd,
-            server_cluster_cost_usd=server_cluster_cost(self._cluster_basis_s(), self.prices),
+            server_cluster_cost_usd=server_cluster_cost(self._cluster_basis_s(), self.prices, self.learner_device),
             time_to_stop_s=p.sum_round_s, wall_time_s=p.sum_cycle_wall_s, cloud_time_s=p.sum_cloud_s,
             history=tuple(p.history),
             scheduler_trace=self.scheduler.trace() if hasattr(self.scheduler, "trace") else None,
             tracking_uri=tracking_uri, checkpoint=checkpoint,
-            server_cluster_cost_no_startup_usd=server_cluster_cost(self._cluster_basis_s(), self.prices,
+            server_cluster_cost_no_startup_usd=server_cluster_cost(self._cluster_basis_s(), self.prices, self.learner_device,
                                                                    with_startup=False),
             actors_cost_usd=p.actors_usd, learner_cost_usd=p.learner_usd,
             startup_cost_usd=p.startup_usd, projected_aci_startup_usd=p.projected_aci_startup_usd,
@@ -317,6 +317,7 @@ class TrainingSession:
             return 0.0
         if self.cfg.cluster:  # the cluster ran while the attempt did: its span, at least
             cost = server_cluster_cost(lost.learner_s + max(lost.actor_billed_s, default=0.0), self.prices,
+                                       self.learner_device,
                                        with_startup=False)
         else:
             cost = round_cost(lost.learner_s, list(lost.actor_billed_s), self.prices, self.learner_device)

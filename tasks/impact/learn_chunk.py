@@ -16,14 +16,23 @@ from tasks.impact.inbox import FragmentInbox
 
 @dataclass
 class ChunkClock:
-    """Times of the whole training that a chunk's metrics read (the run's totals so far)."""
+    """Times of the whole training that a chunk's metrics read (the run's totals so far), on two
+    clocks: this machine's wall and the cloud clock (actors and learner on a core each)."""
 
     started_at: float
     """Wall clock when the actors were spawned: the training's (and the cluster's) start."""
     learner_s: float = 0.0
     actor_busy_s: float = 0.0
-    first_fragment_at: float | None = None
-    """When the first fragment reached the learner (actors' boot and first sampling before it)."""
+    first_fragment_s: float | None = None
+    """Cloud seconds until the first fragment reached the learner (actors' boot and first sampling)."""
+    cloud: Callable[[], float] | None = None
+    """The cloud time so far (the virtual-time pool's); None: actors run for real, the wall is it."""
+
+    def wall_s(self) -> float:
+        return time.time() - self.started_at
+
+    def cloud_s(self) -> float:
+        return self.cloud() if self.cloud is not None else self.wall_s()
 
 
 def learn_chunk(learner: ImpactLearner, pool: FragmentInbox, progress: ImpactProgress,
@@ -44,7 +53,7 @@ def learn_chunk(learner: ImpactLearner, pool: FragmentInbox, progress: ImpactPro
     weight_load, sampling, busy = [], [], 0.0
     wait_total = 0.0
     done = 0
-    while done < steps and progress.check(time.time() - clock.started_at) is None:
+    while done < steps and progress.check(clock.cloud_s()) is None:
         if check is not None:
             check()  # may raise: a Ctrl-C stops the chunk here
         pool.check_health()
@@ -53,8 +62,8 @@ def learn_chunk(learner: ImpactLearner, pool: FragmentInbox, progress: ImpactPro
         arrived = pool.collect(timeout_s=wait_s if need_wait else 0.0)
         if need_wait:
             wait_total += time.perf_counter() - t_wait
-        if arrived and clock.first_fragment_at is None:
-            clock.first_fragment_at = time.time()
+        if arrived and clock.first_fragment_s is None:
+            clock.first_fragment_s = clock.cloud_s()
         for fragment in arrived:
             learner.add(fragment)
             progress.record(fragment)

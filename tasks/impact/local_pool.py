@@ -133,6 +133,8 @@ class ImpactActorPool(FragmentInbox):
                 if message[0] == _FRAGMENT:
                     _, batch, held, generation = message
                     batch.timings.received_at = time.time()
+                    if batch.timings.startup_s > 0 and slot.ready_at is not None:  # its first: the whole boot
+                        batch.timings.startup_s = slot.ready_at - slot.spawned_at
                     self._queue.put(ImpactFragment(batch, held, slot.index, generation))
                 elif message[0] == _READY:
                     slot.ready_at = message[1]
@@ -186,3 +188,35 @@ class ImpactActorPool(FragmentInbox):
                 slot.process.join(timeout=5)
             with contextlib.suppress(OSError):
                 slot.conn.close()
+
+
+def measure_actor_boot(env_id: str, cfg: ImpactConfig, seed: int = 0, timeout_s: float = 120.0) -> float:
+    """Seconds from spawning one fresh actor process to its actor being built (interpreter,
+    imports, envs): what every always-on actor pays once. The process stops right after."""
+    ctx = multiprocessing.get_context("spawn")
+    layout = norm_layout(env_id, cfg)
+    stop = ctx.Event()
+    stop.set()  # build, say ready, leave
+    parent, child = ctx.Pipe(duplex=True)
+    # held here until the child has opened them (Process.start drops its own references)
+    shared = (ctx.RawArray("f", 1), ctx.RawArray("d", max(layout.size if layout else 0, 1)),
+              ctx.RawValue("q", -1), ctx.Lock())
+    process = ctx.Process(target=_worker_main, name="impact-actor-boot", daemon=True,
+                          args=(child, env_id, cfg, seed, 0, 0, *shared, stop))
+    spawned_at = time.time()
+    process.start()
+    child.close()
+    try:
+        if not parent.poll(timeout_s):
+            raise RuntimeError(f"an IMPACT actor for {env_id} did not boot in {timeout_s:.0f} s")
+        message = parent.recv()
+        if message[0] != _READY:
+            raise RuntimeError(f"an IMPACT actor for {env_id} failed to boot: {message[1]}")
+        return message[1] - spawned_at
+    except EOFError as exc:
+        raise RuntimeError(f"an IMPACT actor for {env_id} died while booting") from exc
+    finally:
+        process.join(timeout=10)
+        if process.is_alive():
+            process.kill()
+        parent.close()
