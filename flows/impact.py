@@ -6,13 +6,15 @@ each chunk one Prefect task run `learn-chunk-{i}` and one MLflow step. MLflow: o
 training, with PPO's metric names where they mean the same thing (rollout/ep_return_mean,
 rollout/env_steps[_total], time/learner_s, time/total_wall_s, cost/...) and impact/... for the
 rest (policy lag, buffer reuse, importance weights). The run is billed as the fixed server
-cluster it needs (always-on actors, idle included; cost/total_usd is that bill, with the
-cluster's start-up) and, for reference, as serverless (cost/serverless_total_usd). Prefect
+cluster it needs for its cloud time (always-on actors, idle included; cost/total_usd is that
+bill, with the cluster's start-up) and, for reference, for this machine's wall and as serverless
+(cost/serverless_total_usd). Two clocks: time/total_wall_s (this machine) and time/total_cloud_s
+(the virtual backend's executor: a core per actor; the wall when the actors run for real). Prefect
 artifacts (flows/artifacts.py ImpactArtifacts, queued to a background thread): progress after
 every chunk, a chunk table every few chunks and at the end, and a final or failure summary.
 
-Backends: local (persistent processes) and dask (long-running Dask tasks); the work-pool backend
-is refused: its actors are one flow run per job, one-shot per round by design. Its parameters are a
+Backends: local (persistent processes), dask (long-running Dask tasks) and virtual (the actors on
+the cloud clock, tasks/impact/virtual_pool.py); the work-pool backend is refused: its actors are one flow run per job, one-shot per round by design. Its parameters are a
 Workload's (models/run/workload.py: what to train, resolved through the same presets as `train`'s)
 and a Placement's (where), flat, plus its own.
 

@@ -91,7 +91,7 @@ def train(
     eval_every: int | None = None, eval_episodes: int | None = None, stop_at_eval: bool | None = None,
     resume: str | None = None, warm_actors: int | None = None, backend_options: Overrides | None = None,
     register_model: str | None = None, log_model: bool | None = None, system: str | None = None,
-    bill_cluster_startup: bool | None = None, preset: str | None = None,
+    bill_cluster_startup: bool | None = None, preset: str | None = None, learner_billing: str | None = None,
 ) -> RunSummary:
     """Train PPO on `env` with per-round actor counts chosen by `scheduler`.
 
@@ -176,7 +176,12 @@ def record_summary(session: TrainingSession, summary: RunSummary, tracker: RunTr
                          "summary/lost_attempts_usd": session.progress.lost_usd,
                          "summary/projected_aci_startup_usd": summary.projected_aci_startup_usd,
                          "summary/server_cluster_cost_usd": summary.server_cluster_cost_usd,
-                         "summary/server_cluster_cost_no_startup_usd": summary.server_cluster_cost_no_startup_usd},
+                         "summary/server_cluster_cost_no_startup_usd": summary.server_cluster_cost_no_startup_usd,
+                         **({} if session.cfg.cluster else {  # the learner both ways, whichever was billed
+                             "summary/learner_per_round_usd": summary.learner_per_round_cost_usd,
+                             "summary/learner_resident_usd": summary.learner_resident_cost_usd,
+                             "summary/cost_per_round_learner_usd": summary.cost_with_learner_usd("per-round"),
+                             "summary/cost_resident_learner_usd": summary.cost_with_learner_usd("resident")})},
                         step=session.round_index)
 
 

@@ -41,6 +41,9 @@ def test_round_zero_uses_the_prior_and_the_calibration(prices):
     assert bound.total_usd == bound.actors_usd + bound.learner_usd + bound.startup_usd
     work_pool = RunShape(**{**SHAPE.__dict__, "backend": "work-pool"})
     assert round_bound(4, work_pool, Measured(), prices).actors_usd > bound.actors_usd
+    # a resident learner is billed for the round: + its slowest actor and the overhead prior (5 s)
+    resident = round_bound(4, SHAPE, Measured(), prices, learner_startup_s=3.0, learner_resident=True)
+    assert resident.learner_usd - bound.learner_usd == pytest.approx(BOUND_MARGIN * (prior_actor_s + 5.0) * learner)
 
 
 def test_measured_maxima_replace_the_actor_prior_and_new_actors_may_start_cold(prices):

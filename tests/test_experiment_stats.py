@@ -92,6 +92,7 @@ def test_aggregate_row_columns_keep_the_table_names_and_order():
     more = row.with_columns(scheduler_training_wall_s=12.5, scheduler_episodes=3)
     assert list(more.as_dict()) == ["scheduler", "runs", "reached", "time_s_mean", "time_s_std", "cost_usd_mean",
                                     "cost_usd_std", "rounds_mean", "actors_mean", "wall_s_mean", "sum_pk_s_mean",
+                                    "cost_resident_learner_usd_mean",
                                     "scheduler_training_wall_s", "scheduler_episodes"]
     assert more.value("scheduler") == "server cluster" and more.value("scheduler_episodes") == 3
     assert row.as_dict() == {k: v for k, v in more.as_dict().items() if not k.startswith("scheduler_")}  # frozen

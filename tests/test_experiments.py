@@ -118,10 +118,12 @@ def test_compare_sweeps_fixed_counts_and_judges_the_learned_scheduler_against_th
     assert rows["server cluster without start-up"]["cost_usd_mean"] == pytest.approx(
         cluster[0].server_cluster_cost_no_startup_usd)
     assert MlflowClient(mlflow_uri).get_run(cluster[0].run_id).data.tags["minionsrl.system"] == "server-cluster"
-    # IMPACT is a row of its own: its nested run, its cloud time (here its actors ran for real: the
-    # wall), billed as the cluster for it
+    # IMPACT is a row of its own: its nested run, as the paper provisions it (the cluster's actor
+    # cores as always-on actors, on the cloud clock), billed as the cluster for its cloud time
     (impact,) = result.impact_runs
-    assert impact.target_reached and rows["impact"]["reached"] == 1
+    assert impact.target_reached and rows["impact"]["reached"] == 1 and impact.clock == "virtual"
+    impact_params = MlflowClient(mlflow_uri).get_run(impact.run_id).data.params
+    assert (impact_params["backend"], impact_params["impact.actors"]) == ("virtual", "2")  # the 2-core cluster
     assert rows["impact"]["time_s_mean"] == pytest.approx(impact.cloud_s)
     assert rows["impact"]["wall_s_mean"] == pytest.approx(impact.wall_s)
     assert rows["impact"]["cost_usd_mean"] == pytest.approx(impact.server_cluster_cost_usd)

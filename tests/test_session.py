@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from models.errors import ConfigError
 from models.rl.rollout import RolloutBatch
 from models.rl.timings import ActorTimings
 from models.run.presets import resolve_parameters
@@ -197,3 +198,27 @@ def test_backend_boots_before_round_0_are_in_its_bound_and_billed_once_as_start_
     second = finish_round(s, [1.0])
     assert second["time/pool_startup_s"] == 0.0  # billed once
     assert s.round_bound(2).startup_usd == 0.0
+
+
+def test_a_resident_learner_is_billed_every_second_of_the_rounds_cloud_clock():
+    per_round, resident = session(max_rounds=5), session(max_rounds=5, learner_billing="resident")
+    price = per_round.prices.learner_per_second(per_round.learner_device)
+    for s in (per_round, resident):
+        rounds = [finish_round(s, [10.0]) for _ in range(2)]
+        for m in rounds:
+            cloud = m["time/round_cloud_s"]
+            assert cloud >= LEARNER_S + 1.0  # the slowest actor and the update, at least
+            assert m["cost/learner_per_round_usd"] == pytest.approx(LEARNER_S * price, rel=1e-12)
+            assert m["cost/learner_resident_usd"] == pytest.approx(cloud * price, rel=1e-12)
+            billed = m["cost/learner_resident_usd"] if s is resident else m["cost/learner_per_round_usd"]
+            assert m["cost/learner_usd"] == billed
+            assert m["cost/round_usd"] == pytest.approx(m["cost/actors_usd"] + billed + m["cost/startup_usd"], rel=1e-12)
+        summary = s.summary()
+        extra = sum(m["time/round_cloud_s"] - LEARNER_S for m in rounds) * price  # what residence adds
+        assert summary.learner_billing == s.cfg.learner_billing
+        assert summary.cost_with_learner_usd(s.cfg.learner_billing) == pytest.approx(summary.cost_usd, rel=1e-12)
+        assert summary.cost_with_learner_usd("resident") - summary.cost_with_learner_usd("per-round") == \
+            pytest.approx(extra, rel=1e-9)
+        assert summary.cost_usd == pytest.approx(s.progress.spent_usd, rel=1e-12)
+    with pytest.raises(ConfigError, match="learner_billing must be one of per-round, resident"):
+        session(learner_billing="hourly")

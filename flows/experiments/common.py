@@ -30,6 +30,7 @@ from prefect.exceptions import MissingContextError
 from flows.artifacts import ArtifactPublisher
 from flows.tracking import flatten, tracked_run
 from flows.train import train
+from models.billing.cost import PriceTable
 from models.impact.progress import ImpactSummary
 from models.json_types import JSONObject
 from models.report.experiment_resume import (
@@ -172,8 +173,14 @@ class Experiment:
         """The `impact` flow's parameters for this experiment's workload at `seed`: the same J and
         price table as its `train` runs (the PPO preset's J, which IMPACT's own preset may not
         share), nested under its parent run; validated by the caller (flows/impact.py
-        prepare_impact) before any run starts."""
-        return {**self.workload.for_impact(), "seed": seed, "target_return": float(self.setting("target_return")),
+        prepare_impact) before any run starts. IMPACT runs as the paper provisions it, on the same
+        clock as the other rows: the cluster's actor cores as always-on actors on the cloud clock
+        (the virtual backend), unless the workload sets its own actor count."""
+        given = self.workload.for_impact()
+        cores = PriceTable.load(self.workload.prices_file).server_actor_cores
+        overrides = {"actors": cores, **dict(given.get("impact") or {})}  # type: ignore[call-overload]
+        return {**given, "impact": overrides, "backend": "virtual", "seed": seed,
+                "target_return": float(self.setting("target_return")),
                 "learner_device": self.placement.learner_device, "tracking_uri": self.tracker.tracking_uri,
                 "experiment": self.experiment, "parent_run_id": self.run_id}
 

@@ -121,9 +121,12 @@ class RoundBound:
 
 
 def round_bound(actors: int, shape: RunShape, measured: Measured, prices: PriceTable,
-                learner_startup_s: float = 0.0, pool_startup_s: float = 0.0) -> RoundBound:
+                learner_startup_s: float = 0.0, pool_startup_s: float = 0.0,
+                learner_resident: bool = False) -> RoundBound:
     """The bound of the module docstring for a round of `actors` actors; pool_startup_s: the
-    backend's measured start-up (pre-warmed worker boots) this round pays, exact like the learner's."""
+    backend's measured start-up (pre-warmed worker boots) this round pays, exact like the learner's.
+    learner_resident: the learner is billed for the whole round (its slowest actor, its update and
+    the round's orchestration, the prior's), not for its update alone."""
     prior_actor_s = shape.prior_actor_s(prices)
     if measured.rounds == 0:
         actor_s = actors * prior_actor_s
@@ -131,6 +134,9 @@ def round_bound(actors: int, shape: RunShape, measured: Measured, prices: PriceT
         known = min(actors, measured.max_actors)
         actor_s = known * measured.actor_s + (actors - known) * max(measured.actor_s, prior_actor_s)
     learner_s = _learner_s_bound(actors, shape, measured)
+    if learner_resident:
+        slowest = max(measured.actor_s, prior_actor_s) if measured.rounds else prior_actor_s
+        learner_s += slowest + prices.prior.round_overhead_s
     learner_price = prices.learner_per_second(shape.learner_device)
     return RoundBound(actors=actors,
                       actors_usd=BOUND_MARGIN * (actor_s + measured.warm_idle_s) * prices.actor_per_second,

@@ -8,7 +8,9 @@ from the finished runs lives here: mean and std over seeds, one aggregated row p
 Two clocks, in every row: `time_s` is the cloud clock (the run as with a core per actor: each round's
 P_k plus its measured orchestration; IMPACT's virtual executor; models/run/records.py RunSummary
 cloud_time_s), the one every system is compared on; `wall_s` is this machine's. `sum_pk_s` (the
-paper's measure, orchestration left out) is shown beside them for PPO's rows.
+paper's measure, orchestration left out) is shown beside them for PPO's rows. A serverless row's
+cost is as its runs were billed (the learner per round by default); `cost_resident_learner_usd`
+is the same runs with the learner's container resident for the whole run.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from models.json_types import JSONObject
+from models.run.config import SYSTEM_SERVERLESS
 
 if TYPE_CHECKING:
     from models.impact.progress import ImpactSummary
@@ -103,7 +106,10 @@ def aggregate(label: str, summaries: Sequence[RunSummary], cost_key: str = "cost
                         time_s_mean=time_m, time_s_std=time_s, cost_usd_mean=cost_m, cost_usd_std=cost_s,
                         rounds_mean=rounds_m, actors_mean=actors_m,
                         extra=(("wall_s_mean", mean_std([s.wall_time_s for s in summaries])[0]),
-                               ("sum_pk_s_mean", mean_std([s.time_to_stop_s for s in summaries])[0])))
+                               ("sum_pk_s_mean", mean_std([s.time_to_stop_s for s in summaries])[0]),
+                               ("cost_resident_learner_usd_mean", mean_std(
+                                   [s.cost_with_learner_usd("resident") for s in summaries
+                                    if cost_key == "cost_usd" and s.system == SYSTEM_SERVERLESS])[0])))
 
 
 def aggregate_impact(label: str, summaries: Sequence[ImpactSummary], actors: int,
@@ -118,7 +124,7 @@ def aggregate_impact(label: str, summaries: Sequence[ImpactSummary], actors: int
                         time_s_mean=time_m, time_s_std=time_s, cost_usd_mean=cost_m, cost_usd_std=cost_s,
                         rounds_mean=chunks_m, actors_mean=float(actors),
                         extra=(("wall_s_mean", mean_std([s.wall_s for s in summaries])[0]),
-                               ("sum_pk_s_mean", math.nan)))
+                               ("sum_pk_s_mean", math.nan), ("cost_resident_learner_usd_mean", math.nan)))
 
 
 def actor_rounds(summary: RunSummary) -> int:

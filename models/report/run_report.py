@@ -310,6 +310,7 @@ def impact_progress(last: ImpactChunkRecord | None, cfg: ImpactRunConfig, stop_r
     return Progress(percent, f"{head}: {figures}")
 
 
+_CLOCK_WORDS = {"virtual": "the virtual executor: a core per actor", "wall": "actors ran for real: the wall"}
 IMPACT_CHUNK_COLUMNS = ("chunk", "learner steps", "env steps", "return", "policy lag", "cloud (s)",
                         "wall (s)", "server cluster ($)")
 
@@ -340,7 +341,7 @@ def impact_summary_markdown(s: ImpactSummary, links: MlflowLinks, target_return:
         f"| env steps | {s.env_steps} |",
         f"| target J reached | {'yes' if s.target_reached else 'no'} (J = {target_return:g}) |",
         f"| final return | {_num(s.final_return)} |",
-        f"| time, cloud clock ({_clock_words(s.clock)}) | {_num(s.cloud_s, '.2f')} s |",
+        f"| time, cloud clock ({_CLOCK_WORDS.get(s.clock, s.clock)}) | {_num(s.cloud_s, '.2f')} s |",
         f"| wall time (this machine's clock) | {_num(s.wall_s, '.2f')} s |",
         f"| cost: server cluster for its cloud time | {_money(s.server_cluster_cost_usd)} with its start-up, "
         f"{_money(s.server_cluster_cost_no_startup_usd)} without |",
@@ -351,11 +352,6 @@ def impact_summary_markdown(s: ImpactSummary, links: MlflowLinks, target_return:
         "",
     ]
     return "\n".join(lines + mlflow_lines(links))
-
-
-def _clock_words(clock: str) -> str:
-    return ("the virtual executor: a core per actor" if clock == "virtual"
-            else "the actors ran for real: this machine's wall")
 
 
 # -- experiments (flows/experiments/): each run is one whole `train` run -------------------------

@@ -18,15 +18,18 @@ from models.json_types import JSONObject
 from models.run.validation import check as _check
 from models.run.validation import with_overrides
 
-__all__ = ["BACKEND_SPECS", "SYSTEMS", "SYSTEM_CLUSTER", "SYSTEM_SERVERLESS", "ConfigError",
-           "DaskBackendSpec", "LocalBackendSpec", "PPOConfig", "RunConfig", "WorkPoolBackendSpec",
-           "backend_spec", "cluster_scheduler"]
+__all__ = ["BACKEND_SPECS", "LEARNER_BILLING", "LEARNER_PER_ROUND", "LEARNER_RESIDENT", "SYSTEMS",
+           "SYSTEM_CLUSTER", "SYSTEM_SERVERLESS", "ConfigError", "DaskBackendSpec", "LocalBackendSpec",
+           "PPOConfig", "RunConfig", "WorkPoolBackendSpec", "backend_spec", "cluster_scheduler"]
 
 SYSTEM_SERVERLESS, SYSTEM_CLUSTER = "serverless", "server-cluster"
 SYSTEMS = (SYSTEM_SERVERLESS, SYSTEM_CLUSTER)
 """How a run is run and billed: serverless (per-round actors billed per second of execution) or
 the fixed server cluster (the price table's [server_cluster]: one actor pool the size of its
 actor cores, started once, billed for all its wall time)."""
+LEARNER_PER_ROUND, LEARNER_RESIDENT = "per-round", "resident"
+LEARNER_BILLING = (LEARNER_PER_ROUND, LEARNER_RESIDENT)
+"""How a serverless run's learner container is billed (RunConfig.learner_billing)."""
 
 
 @dataclass(frozen=True)
@@ -241,6 +244,11 @@ class RunConfig:
     bill_cluster_startup: bool = True
     """server-cluster: bill the cluster's start-up (price table) in the run's first round; the
     summary reports the cluster's cost with and without it either way."""
+    learner_billing: str = "per-round"
+    """serverless: how the learner's container is billed. per-round (the paper's function, started
+    ahead of its update so its start-up is paid once): its update seconds each round; resident
+    (deployments/' ACI design, one container for the run): every second of the run's cloud clock.
+    The summary reports the learner's bill both ways either way."""
     preset_variant: str | None = None
     """The variant of the env's preset that filled the unset parameters (models/data/presets.toml,
     e.g. 'locomotion'); None: the env's own preset."""
@@ -288,6 +296,8 @@ class RunConfig:
         _check(self.system in SYSTEMS, f"system must be one of {', '.join(SYSTEMS)}, got {self.system!r}")
         _check(isinstance(self.bill_cluster_startup, bool),
                f"bill_cluster_startup must be true or false, got {self.bill_cluster_startup!r}")
+        _check(self.learner_billing in LEARNER_BILLING,
+               f"learner_billing must be one of {', '.join(LEARNER_BILLING)}, got {self.learner_billing!r}")
         if self.system == SYSTEM_CLUSTER:
             self._validate_cluster()
         self.ppo.validate()
@@ -307,6 +317,11 @@ class RunConfig:
                f"scheduler fixed:{cores} (or max with i_max={cores}), not {self.scheduler!r} "
                f"with i_max={self.i_max}; the cluster's size is the price table's "
                f"[server_cluster] actor_cores")
+
+    @property
+    def learner_resident(self) -> bool:
+        """A serverless run whose learner container is billed for the whole run."""
+        return self.learner_billing == LEARNER_RESIDENT and not self.cluster
 
     @property
     def cluster(self) -> bool:

@@ -97,10 +97,23 @@ class RunSummary:
     rounds_finished_at: float = math.nan
     """time.time() when the last round was recorded: from here to the call's return is shut-down
     (final policy, MLflow model and plots, artifacts, Prefect's flow exit)."""
+    learner_billing: str = "per-round"
+    """How the learner was billed in cost_usd: per-round (its updates) or resident (the run)."""
+    learner_per_round_cost_usd: float = math.nan
+    """The learner billed per round (its updates, without its start-up), whichever way the run was."""
+    learner_resident_cost_usd: float = math.nan
+    """The learner billed resident: every second of the run's cloud clock (without its start-up)."""
 
     @property
     def target_reached(self) -> bool:
         return self.stop_reason == STOP_TARGET
+
+    def cost_with_learner_usd(self, billing: str) -> float:
+        """What the run would be billed with its learner billed `billing` (per-round or resident),
+        the rest of its bill unchanged: both rows of Table 2 from the same run."""
+        billed = self.learner_resident_cost_usd if self.learner_billing == "resident" else self.learner_per_round_cost_usd
+        wanted = self.learner_resident_cost_usd if billing == "resident" else self.learner_per_round_cost_usd
+        return self.cost_usd - billed + wanted
 
     @property
     def orchestration_share(self) -> float:
@@ -145,6 +158,10 @@ class RunProgress:
     included; 0 in checkpoints from before it was kept."""
     sum_cloud_s: float = 0.0
     """The cloud clock over the rounds: each round's P_k plus its orchestration."""
+    learner_per_round_usd: float = 0.0
+    """The learner billed per round (its updates), whichever way the run is billed."""
+    learner_resident_usd: float = 0.0
+    """The learner billed resident (every second of the rounds' cloud clock), whichever way."""
 
     @classmethod
     def from_checkpoint(cls, values: JSONObject, where: str) -> RunProgress:

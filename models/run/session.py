@@ -116,7 +116,7 @@ class TrainingSession:
                                        self.learner_device, self._cluster_startup_due)
         return round_bound(actors, self.shape, self.progress.measured, self.prices,
                            self.learner_startup_s if self._learner_startup_due else 0.0,
-                           self._pool_startup_due_s)
+                           self._pool_startup_due_s, learner_resident=self.cfg.learner_resident)
 
     def note_backend_startup(self, seconds: float) -> None:
         """Actor start-up the backend incurred before a round and outside any actor (its worker
@@ -184,6 +184,7 @@ class TrainingSession:
         metrics.update(cluster_metrics)
         metrics["time/round_cycle_wall_s"] = wall_s + outside_s
         metrics["time/round_cloud_s"] = one_core_per_actor_wall_s(batches, learner_s, wall_s) + outside_s
+        self._bill_learner_both_ways(metrics)
         self._learner_startup_due = False
         self._pool_startup_due_s = 0.0
         metrics.update(learner_stats)
@@ -221,6 +222,21 @@ class TrainingSession:
         return bill, billed_wall_s, {"time/billed_wall_s": billed_wall_s, "time/cluster_round_s": cluster_round_s,
                                      "cluster/worker_processes": float(len(p.worker_pids)),
                                      "cluster/new_worker_processes": float(len(new))}
+
+    def _bill_learner_both_ways(self, metrics: dict[str, float]) -> None:
+        """The learner's bill per round (its update) and resident (the round's cloud time), both
+        as metrics; a resident learner's is the one billed (a cluster's learner VM is its own)."""
+        if self.cfg.cluster:
+            return
+        per_round = metrics["cost/learner_usd"]
+        resident = metrics["time/round_cloud_s"] * self.prices.learner_per_second(self.learner_device)
+        metrics["cost/learner_per_round_usd"] = per_round
+        metrics["cost/learner_resident_usd"] = resident
+        if self.cfg.learner_resident:
+            metrics["cost/learner_usd"] = resident
+            metrics["cost/round_usd"] += resident - per_round
+        self.progress.learner_per_round_usd += per_round
+        self.progress.learner_resident_usd += resident
 
     def _add_to_totals(self, metrics: dict[str, float], wall_s: float) -> None:
         """Fold the round's figures into the run's totals, and its totals into its metrics."""
@@ -308,7 +324,9 @@ class TrainingSession:
                                                                    with_startup=False),
             actors_cost_usd=p.actors_usd, learner_cost_usd=p.learner_usd,
             startup_cost_usd=p.startup_usd, projected_aci_startup_usd=p.projected_aci_startup_usd,
-            learner_device=self.learner_device, stop_detail=p.stop_detail, system=self.cfg.system)
+            learner_device=self.learner_device, stop_detail=p.stop_detail, system=self.cfg.system,
+            learner_billing=self.cfg.learner_billing, learner_per_round_cost_usd=p.learner_per_round_usd,
+            learner_resident_cost_usd=p.learner_resident_usd)
 
     def bill_lost_attempt(self, lost: LostAttempt) -> float:
         """Bill once what an attempt of the next round was billed before a crash cut it short."""
