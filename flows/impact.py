@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{s.learner_steps} learner steps, cloud {s.cloud_s:.1f}s ({s.clock} clock), wall {s.wall_s:.1f}s, "
               f"server cluster ${s.server_cluster_cost_usd:.4f} "
               f"(${s.server_cluster_cost_no_startup_usd:.4f} without start-up), serverless ${s.serverless_cost_usd:.5f}, "
-              f"orchestration {100 * s.orchestration_frac:.1f}% of wall, actors replaced {s.actor_replacements}")
+              f"orchestration {100 * s.orchestration_frac:.1f}% of the cloud time, actors replaced {s.actor_replacements}")
     if summaries:
         print(f"\nMLflow store: {summaries[0].tracking_uri}")
     return status
