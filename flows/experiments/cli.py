@@ -16,7 +16,7 @@ from flows.experiments.actors_curve import actors_curve
 from flows.experiments.compare import compare_schedulers
 from flows.experiments.motivation import motivation
 from flows.experiments.transfer import scheduler_transfer
-from models.report.experiment_stats import markdown_table
+from models.report.experiment_stats import CLOCK_LEGEND, markdown_table
 
 FLOWS = {"compare": compare_schedulers, "motivation": motivation, "actors-curve": actors_curve,
          "transfer": scheduler_transfer}
@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt as exc:  # Ctrl-C: the run in flight stopped; resume with --resume-run-id
             print(f"stopped: {exc or 'interrupted (Ctrl-C)'}; continue with --resume-run-id", file=sys.stderr)
             return interrupts.EXIT_INTERRUPTED
+    print(f"{CLOCK_LEGEND}\n")
     print(markdown_table(result.rows))
     print(f"\nplot: {result.plot} (MLflow parent run {result.run_id})")
     return 0

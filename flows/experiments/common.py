@@ -41,7 +41,7 @@ from models.report.experiment_resume import (
     encode_finished,
     finished_run_file,
 )
-from models.report.experiment_stats import AggregateRow, TableRow, finite_row, markdown_table
+from models.report.experiment_stats import CLOCK_LEGEND, AggregateRow, TableRow, finite_row, markdown_table
 from models.report.run_report import (
     RUN_TABLE_EVERY,
     ExperimentRun,
@@ -284,7 +284,7 @@ class Experiment:
         plot_uri = f"runs:/{self.run_id}/plots/{self.name}.png"
         create_table_artifact([finite_row(r) for r in table], key=f"{key}-table", description=f"{self.name}: results")
         create_markdown_artifact(
-            f"# {self.name}\n\n{summary_md}\n\n{markdown_table(table)}\n\n"
+            f"# {self.name}\n\n{summary_md}\n\n{CLOCK_LEGEND}\n\n{markdown_table(table)}\n\n"
             f"Plot: MLflow artifact `{plot_uri}` in `{self.tracker.tracking_uri}` "
             f"(experiment `{self.experiment}`, run `{self.run_id}`).",
             key=f"{key}-summary", description=f"{self.name}: summary")

@@ -185,17 +185,18 @@ def publish_compare(exp: Experiment, done: CompareRuns, rows: list[AggregateRow]
         get_run_logger().info("%s chose the same actors in every round as %s on every seed", label, fixed)
     exp.tracker.log_metrics(metrics, step=0)
     fig, (ax_t, ax_c, ax_a) = plt.subplots(1, 3, figsize=(16, 4))
-    bars(ax_t, rows, "time_s", "time to stop, sum of P_k (s)")
+    bars(ax_t, rows, "time_s", "time to stop, cloud clock (s)")
     bars(ax_c, rows, "cost_usd", "cost (USD)")
     ax_c.set_yscale("log")
     learned_schedules(ax_a, {label: done.runs[label] for label in learned_labels}, exp.setting("i_max"))
     fig.suptitle(f"{exp.env}: schedulers over seeds {seeds} (mean ± std; reached J: "
                  + ", ".join(f"{r.label} {r.reached}/{r.runs}" for r in rows) + ")", fontsize=9)
-    md = ("Time is the sum of P_k (one core per actor), except IMPACT's, which is its wall time "
-          "(it has no rounds); wall_s_mean is every row's wall time on this machine. Serverless "
-          "cost bills execution seconds (actors, learner on its own device, start-up); the server "
-          "cluster, and IMPACT on it, are billed for all wall time, shown with and without the "
-          "cluster's assumed start-up.\n\n"
+    md = ("Every row's time is on the cloud clock (IMPACT's from its virtual-time executor: it has "
+          "no rounds, so no P_k). Serverless cost bills execution seconds (actors, the learner on its "
+          "own device per round, start-up); cost_resident_learner_usd_mean is the same runs with the "
+          "learner's container resident for the run. The server cluster, and IMPACT on it, are billed "
+          "for all their cloud time, their learner VM the one for the learner's device, shown with "
+          "and without the cluster's assumed start-up.\n\n"
           + "\n".join(f"- {k}: {'yes' if v else 'no'}" for k, v in checks.items())
           + "".join(f"\n- {label} chose the same actors in every round as {fixed} on every seed: "
                     "the same training, so their cost and time differ only by this machine's noise"

@@ -46,6 +46,13 @@ def mean_std(values: Iterable[float | None]) -> tuple[float, float]:
     return float(np.mean(xs)), float(np.std(xs))
 
 
+CLOCK_LEGEND = ("Clocks: time_s is the cloud clock (the runs as with a core per actor: each round's P_k plus "
+                "its measured orchestration; IMPACT's virtual-time executor), the one systems are compared "
+                "on; wall_s is this machine's wall clock; sum_pk_s is the sum of P_k alone (the paper's "
+                "measure, orchestration left out).")
+"""Printed above every experiment table: which clock each time column is."""
+
+
 @dataclass(frozen=True)
 class AggregateRow:
     """One row of a comparison: one scheduler's runs over seeds.
