@@ -230,3 +230,11 @@ def test_a_learned_scheduler_that_is_a_fixed_count_is_named_as_that_count():
     assert same_schedule_as(learned, {"fixed:1": fixed["fixed:1"][:1]}) is None
     assert same_schedule_as([_summary(1.0, 0.1, True, [1, 2, 1])], {"fixed:1": [_summary(1.0, 0.1, True, [1, 1, 1])]}) is None
     assert same_schedule_as([], {"fixed:1": []}) is None
+
+
+def test_seeds_note_says_whether_a_comparisons_seeds_are_held_out():
+    from models.report.experiment_stats import DEFAULT_HELD_OUT_SEEDS, HELD_OUT_SEEDS_FROM, seeds_note
+
+    assert min(DEFAULT_HELD_OUT_SEEDS) >= HELD_OUT_SEEDS_FROM == 100
+    assert seeds_note([100, 104]).startswith("Seeds [100, 104]: held out")
+    assert "NOT held out: [0, 99]" in seeds_note([0, 99, 100])

@@ -5,7 +5,7 @@ training run it starts is nested under it, so the runs compare side by side in t
 Each ends with a plot saved as an MLflow artifact (plots/<name>.png) and as Prefect artifacts
 (a table, a markdown summary and the image).
 
-    python -m flows.experiments compare --seeds 0 1 2 3 4     # learned vs Max vs Adapt vs cluster vs IMPACT
+    python -m flows.experiments compare --seeds 100 101 102 103 104  # learned vs Max vs Adapt vs cluster vs IMPACT
     python -m flows.experiments motivation                    # Fixed vs Increase vs Decrease
     python -m flows.experiments actors-curve                  # the learned scheduler's I_k
     python -m flows.experiments transfer --env Acrobot-v1     # fine-tune the packaged CartPole

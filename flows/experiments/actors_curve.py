@@ -11,7 +11,13 @@ from prefect.runtime import flow_run as flow_run_context
 from flows.experiments.common import LEARNED, Experiment, actor_steps, learned_spec
 from flows.experiments.results import ActorsCurveResult
 from flows.served_flow import served_flow
-from models.report.experiment_stats import mean_curve, mean_phases, phase_row, summary_record
+from models.report.experiment_stats import (
+    DEFAULT_HELD_OUT_SEEDS,
+    mean_curve,
+    mean_phases,
+    phase_row,
+    summary_record,
+)
 from models.run.workload import Placement, Workload, workload_env
 
 
@@ -39,7 +45,7 @@ def actors_curve(
     Args:
         workload: what every run is asked to do (default CartPole-v1 with its preset).
         placement: where the runs' actors run (default local).
-        seeds: the seeds the learned scheduler runs on (default 0-4).
+        seeds: the seeds the learned scheduler runs on (default the held-out 100-104).
         learned: the learned scheduler: a file path, a packaged name (cartpole) or an MLflow URI.
         tracking_uri: MLflow store; default MLFLOW_TRACKING_URI or ./mlruns/mlflow.db.
         experiment: MLflow experiment of the parent run and its nested runs; default
@@ -49,7 +55,7 @@ def actors_curve(
             (a crash, Ctrl-C): continue it with the same parameters; its finished runs are kept,
             not run again.
     """
-    seeds = [0, 1, 2, 3, 4] if seeds is None else seeds
+    seeds = list(DEFAULT_HELD_OUT_SEEDS) if seeds is None else seeds
     workload = workload or Workload()
     with Experiment("actors_curve", workload, placement, {"seeds": seeds, "learned": learned}, tracking_uri,
                     experiment, checkpoint_dir, resume_run_id) as exp:

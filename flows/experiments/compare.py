@@ -1,7 +1,7 @@
 """The paper's Table 2: the learned scheduler vs Max vs Adapt vs the server-based fixed cluster,
 and vs the best Fixed(N) in hindsight (a sweep of N, same seeds).
 
-    python -m flows.experiments compare --seeds 0 1 2 3 4
+    python -m flows.experiments compare --seeds 100 101 102 103 104
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from models.billing.cost import PriceTable
 from models.errors import ConfigError
 from models.impact.progress import ImpactSummary
 from models.report.experiment_stats import (
+    DEFAULT_HELD_OUT_SEEDS,
     FIXED_SWEEP,
     AggregateRow,
     aggregate,
@@ -31,6 +32,7 @@ from models.report.experiment_stats import (
     metric_label,
     row_metrics,
     same_schedule_as,
+    seeds_note,
     stripped,
 )
 from models.run.config import SYSTEM_CLUSTER
@@ -78,7 +80,7 @@ def compare_schedulers(
     Args:
         workload: what every run is asked to do (default CartPole-v1 with its preset).
         placement: where the runs' actors run (default local).
-        seeds: the seeds every scheduler runs on (default 0-4).
+        seeds: the seeds every scheduler runs on (default the held-out 100-104).
         learned: the learned scheduler: a file path, a packaged name (cartpole) or an MLflow URI.
         more_learned: other learned schedulers, each a row of its own judged as `learned` is:
             label -> checkpoint, e.g. {"scratch": "hopper-scratch.pt", "zero-shot": "cartpole-v2"}.
@@ -92,7 +94,7 @@ def compare_schedulers(
             with the same parameters; its finished runs are kept, not run again.
     """
     workload = workload or Workload()
-    seeds = [0, 1, 2, 3, 4] if seeds is None else seeds
+    seeds = list(DEFAULT_HELD_OUT_SEEDS) if seeds is None else seeds
     baselines = ["max", "adapt", "impact"] if baselines is None else baselines
     more_learned = dict(more_learned or {})
     clash = sorted(label for label in more_learned
@@ -196,7 +198,7 @@ def publish_compare(exp: Experiment, done: CompareRuns, rows: list[AggregateRow]
           "own device per round, start-up); cost_resident_learner_usd_mean is the same runs with the "
           "learner's container resident for the run. The server cluster, and IMPACT on it, are billed "
           "for all their cloud time, their learner VM the one for the learner's device, shown with "
-          "and without the cluster's assumed start-up.\n\n"
+          f"and without the cluster's assumed start-up. {seeds_note(seeds)}\n\n"
           + "\n".join(f"- {k}: {'yes' if v else 'no'}" for k, v in checks.items())
           + "".join(f"\n- {label} chose the same actors in every round as {fixed} on every seed: "
                     "the same training, so their cost and time differ only by this machine's noise"

@@ -12,7 +12,15 @@ from prefect.runtime import flow_run as flow_run_context
 from flows.experiments.common import Experiment, actor_steps, bars
 from flows.experiments.results import MotivationResult
 from flows.served_flow import served_flow
-from models.report.experiment_stats import actor_rounds, aggregate, mean_std, row_metrics, stripped
+from models.report.experiment_stats import (
+    DEFAULT_HELD_OUT_SEEDS,
+    actor_rounds,
+    aggregate,
+    mean_std,
+    row_metrics,
+    seeds_note,
+    stripped,
+)
 from models.run.workload import Placement, Workload, workload_env
 
 MOTIVATION_ROUNDS = 12
@@ -45,7 +53,7 @@ def motivation(
         workload: what every run is asked to do (default CartPole-v1 with its preset); its
             max_rounds, K, is the rounds over which the actor budgets are equal (default 12).
         placement: where the runs' actors run (default local).
-        seeds: the seeds every schedule runs on (default 0, 1, 2).
+        seeds: the seeds every schedule runs on (default the held-out 100, 101, 102).
         n: Fixed(n)'s actor count; Increase and Decrease average n over max_rounds.
         step: actors added (Increase) or removed (Decrease) at each change.
         every: rounds between two changes of the actor count.
@@ -57,7 +65,7 @@ def motivation(
             (a crash, Ctrl-C): continue it with the same parameters; its finished runs are kept,
             not run again.
     """
-    seeds = [0, 1, 2] if seeds is None else seeds
+    seeds = list(DEFAULT_HELD_OUT_SEEDS[:3]) if seeds is None else seeds
     specs = {"fixed": f"fixed:{n}", "increase": f"increase:{n}:{step}:{every}",
              "decrease": f"decrease:{n}:{step}:{every}"}
     workload = workload or Workload()
@@ -84,9 +92,9 @@ def motivation(
         ax_a.set_xlabel("round")
         ax_a.set_ylabel(f"actors (seed {seeds[0]})")
         ax_a.legend()
-        bars(ax_t, rows, "time_s", "time to stop, sum of P_k (s)")
+        bars(ax_t, rows, "time_s", "time to stop, cloud clock (s)")
         fig.suptitle(f"{workload.env}: Fixed({n}) vs Increase vs Decrease (±{step} every {every} rounds, "
                      f"equal actor budget over {max_rounds} rounds)", fontsize=9)
-        md = "Equal total actor budget over max_rounds; runs stop at J, see actor_rounds_mean."
+        md = f"Equal total actor budget over max_rounds; runs stop at J, see actor_rounds_mean. {seeds_note(seeds)}"
         plot = exp.publish(fig, rows, md, {"runs": stripped(runs)})
         return MotivationResult(exp.run_id, plot, [r.as_dict() for r in rows], runs)

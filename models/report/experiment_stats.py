@@ -52,6 +52,20 @@ CLOCK_LEGEND = ("Clocks: time_s is the cloud clock (the runs as with a core per 
                 "measure, orchestration left out).")
 """Printed above every experiment table: which clock each time column is."""
 
+HELD_OUT_SEEDS_FROM = 100
+"""Seeds from here up are held out: no preset was tuned and no scheduler trained on them (scheduler
+training starts at seed 0 and uses one seed per episode or batch, fewer than 100 of them)."""
+DEFAULT_HELD_OUT_SEEDS = (100, 101, 102, 103, 104)
+
+
+def seeds_note(seeds: Sequence[int]) -> str:
+    """Whether a comparison's seeds are held out, in words for its summary."""
+    tuned = sorted(s for s in seeds if s < HELD_OUT_SEEDS_FROM)
+    if not tuned:
+        return f"Seeds {list(seeds)}: held out (>= {HELD_OUT_SEEDS_FROM}: no preset tuning or scheduler training used them)."
+    return (f"Seeds {list(seeds)}: NOT held out: {tuned} are below {HELD_OUT_SEEDS_FROM}, the seeds presets were "
+            "tuned and schedulers trained on; a reported comparison runs on seeds >= 100.")
+
 
 @dataclass(frozen=True)
 class AggregateRow:
