@@ -124,6 +124,7 @@ def test_compare_sweeps_fixed_counts_and_judges_the_learned_scheduler_against_th
     assert impact.target_reached and rows["impact"]["reached"] == 1 and impact.clock == "virtual"
     impact_params = MlflowClient(mlflow_uri).get_run(impact.run_id).data.params
     assert (impact_params["backend"], impact_params["impact.actors"]) == ("virtual", "2")  # the 2-core cluster
+    assert impact_params["max_env_steps"] == "1000000"  # the CartPole preset's budget per actor: 2 actors there too
     assert rows["impact"]["time_s_mean"] == pytest.approx(impact.cloud_s)
     assert rows["impact"]["wall_s_mean"] == pytest.approx(impact.wall_s)
     assert rows["impact"]["cost_usd_mean"] == pytest.approx(impact.server_cluster_cost_usd)

@@ -31,6 +31,7 @@ from flows.artifacts import ArtifactPublisher
 from flows.tracking import flatten, tracked_run
 from flows.train import train
 from models.billing.cost import PriceTable
+from models.impact.config import resolve_impact_config
 from models.impact.progress import ImpactSummary
 from models.json_types import JSONObject
 from models.report.experiment_resume import (
@@ -175,10 +176,15 @@ class Experiment:
         share), nested under its parent run; validated by the caller (flows/impact.py
         prepare_impact) before any run starts. IMPACT runs as the paper provisions it, on the same
         clock as the other rows: the cluster's actor cores as always-on actors on the cloud clock
-        (the virtual backend), unless the workload sets its own actor count."""
+        (the virtual backend), unless the workload sets its own actor count; with the preset's
+        env-step budget per actor (32 actors deliver 16x what the preset's 2 do in the same time,
+        most of it overwritten unused in the buffer)."""
         given = self.workload.for_impact()
         cores = PriceTable.load(self.workload.prices_file).server_actor_cores
         overrides = {"actors": cores, **dict(given.get("impact") or {})}  # type: ignore[call-overload]
+        if "max_env_steps" not in given:  # the preset's env-step budget per actor, not for the run
+            preset = resolve_impact_config(Workload(env=self.workload.env, preset=self.workload.preset))
+            given["max_env_steps"] = preset.max_env_steps * max(int(overrides["actors"]) // preset.impact.actors, 1)
         return {**given, "impact": overrides, "backend": "virtual", "seed": seed,
                 "target_return": float(self.setting("target_return")),
                 "learner_device": self.placement.learner_device, "tracking_uri": self.tracker.tracking_uri,
