@@ -40,8 +40,9 @@ class VirtualImpactActorPool(FragmentInbox):
         self._actors = [ImpactActor(env_id, cfg, seed, i, 0) for i in range(cfg.actors)]
         self._booted = [False] * cfg.actors
         self.schedule: CloudSchedule[_Weights, ImpactFragment] = CloudSchedule(cfg.actors, self.boot_s)
-        self.actor_wall_s = 0.0
         self.actor_compute_s = 0.0
+        """The fragments' one-core durations (thread CPU seconds): what the cloud clock counts."""
+        self.actor_wall_s = 0.0
         """Real seconds this process spent computing fragments (the simulation's own cost)."""
         self._returned_at = time.perf_counter()  # the learner's clock runs from here
 
@@ -92,8 +93,7 @@ class VirtualImpactActorPool(FragmentInbox):
             if not self._booted[i]:  # the first fragment carries the actor's boot, as a worker's does
                 batch.timings.startup_s = self.boot_s
                 self._booted[i] = True
-            arrival = self.schedule.finish(i, duration_s, ImpactFragment(batch, actor.held, i, 0))
-            batch.timings.received_at = arrival  # on the cloud clock
+            self.schedule.finish(i, duration_s, ImpactFragment(batch, actor.held, i, 0))
 
     def close(self) -> None:
         self._actors.clear()
