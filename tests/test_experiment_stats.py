@@ -238,3 +238,14 @@ def test_seeds_note_says_whether_a_comparisons_seeds_are_held_out():
     assert min(DEFAULT_HELD_OUT_SEEDS) >= HELD_OUT_SEEDS_FROM == 100
     assert seeds_note([100, 104]).startswith("Seeds [100, 104]: held out")
     assert "NOT held out: [0, 99]" in seeds_note([0, 99, 100])
+
+
+def test_a_kept_run_measured_before_the_cloud_clock_is_not_kept():
+    import dataclasses
+
+    from models.report.experiment_resume import FinishedRun, decode_finished, encode_finished
+
+    measured = FinishedRun("max", 100, "max", summary=_summary(2.0, 0.1, True, [4]))
+    before = FinishedRun("max", 100, "max", summary=dataclasses.replace(measured.summary, cloud_time_s=math.nan))
+    assert measured.has_cloud_clock and not before.has_cloud_clock
+    assert decode_finished(encode_finished(measured), "test").has_cloud_clock  # survives the round trip

@@ -116,3 +116,17 @@ def test_with_one_actor_the_executor_matches_a_real_run_in_time_and_policy_lag()
     histogram = [np.bincount(np.round(x).astype(int), minlength=top) / len(x) for x in (real_lags, virtual_lags)]
     total_variation = 0.5 * np.abs(histogram[0] - histogram[1]).sum()
     assert total_variation <= 0.3, histogram
+
+
+def test_a_real_actors_first_fragment_carries_its_whole_boot_as_the_executors_do():
+    """Start-up runs from the process's spawn (interpreter, torch, envs), not from building the
+    actor inside it: the serverless reference bill of both pools counts the same thing."""
+    learner = ImpactLearner(env_spaces("CartPole-v1"), _CFG, seed=0, device="cpu")
+    with ImpactActorPool("CartPole-v1", _CFG, len(learner.weights_vector()), 0) as pool:
+        pool.publish(learner.weights_vector(), learner.version, learner.norm_state())
+        first = []
+        deadline = time.monotonic() + 60
+        while not first and time.monotonic() < deadline:
+            first = pool.collect(timeout_s=1.0)
+    boot = first[0].batch.timings.startup_s
+    assert boot >= 0.3, boot  # a spawned interpreter importing torch; building envs alone takes ~0.01 s

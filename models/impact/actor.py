@@ -36,8 +36,11 @@ class ImpactActor:
     """Actor slot `index` of generation `generation` (0 for the slot's first process, +1 for every
     replacement: newly seeded envs). Its first fragment carries its start-up in its timings."""
 
-    def __init__(self, env_id: str, cfg: ImpactConfig, seed: int, index: int, generation: int):
-        booted = time.time()
+    def __init__(self, env_id: str, cfg: ImpactConfig, seed: int, index: int, generation: int,
+                 booted_at: float | None = None):
+        """booted_at: when its process was spawned (time.time()), so its start-up counts the
+        interpreter and imports too; default now (only the envs and the policy)."""
+        booted = time.time() if booted_at is None else booted_at
         torch.set_num_threads(1)
         self.cfg, self.seed, self.index, self.generation = cfg, seed, index, generation
         spaces = env_spaces(env_id)

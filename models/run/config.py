@@ -244,7 +244,7 @@ class RunConfig:
     bill_cluster_startup: bool = True
     """server-cluster: bill the cluster's start-up (price table) in the run's first round; the
     summary reports the cluster's cost with and without it either way."""
-    learner_billing: str = "per-round"
+    learner_billing: str = LEARNER_PER_ROUND
     """serverless: how the learner's container is billed. per-round (the paper's function, started
     ahead of its update so its start-up is paid once): its update seconds each round; resident
     (deployments/' ACI design, one container for the run): every second of the run's cloud clock.

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from models.billing.budget import Measured
 from models.errors import ConfigError
 from models.json_types import JSONObject
-from models.run.config import SYSTEM_SERVERLESS
+from models.run.config import LEARNER_PER_ROUND, LEARNER_RESIDENT, SYSTEM_SERVERLESS
 from models.scheduling.features import SchedulerTrace
 
 STOP_TARGET, STOP_BUDGET, STOP_MAX_ROUNDS = "target_reached", "budget_spent", "max_rounds"
@@ -97,7 +97,7 @@ class RunSummary:
     rounds_finished_at: float = math.nan
     """time.time() when the last round was recorded: from here to the call's return is shut-down
     (final policy, MLflow model and plots, artifacts, Prefect's flow exit)."""
-    learner_billing: str = "per-round"
+    learner_billing: str = LEARNER_PER_ROUND
     """How the learner was billed in cost_usd: per-round (its updates) or resident (the run)."""
     learner_per_round_cost_usd: float = math.nan
     """The learner billed per round (its updates, without its start-up), whichever way the run was."""
@@ -111,9 +111,9 @@ class RunSummary:
     def cost_with_learner_usd(self, billing: str) -> float:
         """What the run would be billed with its learner billed `billing` (per-round or resident),
         the rest of its bill unchanged: both rows of Table 2 from the same run."""
-        billed = self.learner_resident_cost_usd if self.learner_billing == "resident" else self.learner_per_round_cost_usd
-        wanted = self.learner_resident_cost_usd if billing == "resident" else self.learner_per_round_cost_usd
-        return self.cost_usd - billed + wanted
+        def learner(how: str) -> float:
+            return self.learner_resident_cost_usd if how == LEARNER_RESIDENT else self.learner_per_round_cost_usd
+        return self.cost_usd - learner(self.learner_billing) + learner(billing)
 
     @property
     def orchestration_share(self) -> float:

@@ -34,12 +34,13 @@ _READY, _FRAGMENT, _ERROR = "ready", "fragment", "error"
 
 
 def _worker_main(conn: Connection, env_id: str, cfg: ImpactConfig, seed: int, actor_index: int,
-                 generation: int, weights, norm_values, version, lock, stop) -> None:
-    """A worker's life: build its actor once, then sample fragments until stopped."""
+                 generation: int, weights, norm_values, version, lock, stop, spawned_at: float) -> None:
+    """A worker's life: build its actor once, then sample fragments until stopped. Its start-up
+    (its first fragment carries it) runs from its spawn: interpreter, imports, envs."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the training's to act on
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     try:
-        actor = ImpactActor(env_id, cfg, seed, actor_index, generation)
+        actor = ImpactActor(env_id, cfg, seed, actor_index, generation, booted_at=spawned_at)
         shared = np.frombuffer(weights, dtype=np.float32)
         shared_norm = np.frombuffer(norm_values, dtype=np.float64)
 
@@ -133,8 +134,6 @@ class ImpactActorPool(FragmentInbox):
                 if message[0] == _FRAGMENT:
                     _, batch, held, generation = message
                     batch.timings.received_at = time.time()
-                    if batch.timings.startup_s > 0 and slot.ready_at is not None:  # its first: the whole boot
-                        batch.timings.startup_s = slot.ready_at - slot.spawned_at
                     self._queue.put(ImpactFragment(batch, held, slot.index, generation))
                 elif message[0] == _READY:
                     slot.ready_at = message[1]
@@ -146,11 +145,11 @@ class ImpactActorPool(FragmentInbox):
     # -- workers ------------------------------------------------------------------------------
     def _spawn(self, index: int, generation: int) -> _Slot:
         parent, child = self._ctx.Pipe(duplex=True)
+        spawned_at = time.time()
         process = self._ctx.Process(
             target=_worker_main, name=f"impact-actor-{index}", daemon=True,
             args=(child, self.env_id, self.cfg, self.seed, index, generation, self._weights,
-                  self._norm, self._version, self._wlock, self._stop))
-        spawned_at = time.time()
+                  self._norm, self._version, self._wlock, self._stop, spawned_at))
         process.start()
         child.close()  # the parent keeps only its end: the worker's death then reads as EOF
         return _Slot(index, generation, process, parent, spawned_at)
@@ -201,9 +200,9 @@ def measure_actor_boot(env_id: str, cfg: ImpactConfig, seed: int = 0, timeout_s:
     # held here until the child has opened them (Process.start drops its own references)
     shared = (ctx.RawArray("f", 1), ctx.RawArray("d", max(layout.size if layout else 0, 1)),
               ctx.RawValue("q", -1), ctx.Lock())
-    process = ctx.Process(target=_worker_main, name="impact-actor-boot", daemon=True,
-                          args=(child, env_id, cfg, seed, 0, 0, *shared, stop))
     spawned_at = time.time()
+    process = ctx.Process(target=_worker_main, name="impact-actor-boot", daemon=True,
+                          args=(child, env_id, cfg, seed, 0, 0, *shared, stop, spawned_at))
     process.start()
     child.close()
     try:
