@@ -23,18 +23,22 @@ SB3 run (the process's first training pays one-off costs).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
 import numpy as np
 import torch
 
+from benchmarks.cpu_meter import CpuMeter, cpu_s_per_1k_steps
+
 
 def sb3_time_to_target(seed: int, target: float = 475.0, window_steps: int = 4096,
-                       max_steps: int = 300_000) -> dict:
+                       max_steps: int = 300_000, subproc: bool = False) -> dict:
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
     class StopAtTarget(BaseCallback):
         def __init__(self):
@@ -60,16 +64,19 @@ def sb3_time_to_target(seed: int, target: float = 475.0, window_steps: int = 409
         return lambda progress: progress * start
 
     torch.set_num_threads(1)
-    started = time.perf_counter()
-    env = make_vec_env("CartPole-v1", n_envs=8, seed=seed)
-    model = PPO("MlpPolicy", env, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98,
-                n_epochs=20, ent_coef=0.0, learning_rate=linear(1e-3), clip_range=linear(0.2),
-                seed=seed, device="cpu", verbose=0)
-    callback = StopAtTarget()
-    model.learn(total_timesteps=max_steps, callback=callback)
-    return {"seed": seed, "wall_s": time.perf_counter() - started,
-            "reached": callback.reached_at is not None,
-            "env_steps": callback.reached_at or model.num_timesteps}
+    with CpuMeter() as meter:
+        env = make_vec_env("CartPole-v1", n_envs=8, seed=seed, vec_env_cls=SubprocVecEnv if subproc else DummyVecEnv)
+        model = PPO("MlpPolicy", env, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98,
+                    n_epochs=20, ent_coef=0.0, learning_rate=linear(1e-3), clip_range=linear(0.2),
+                    seed=seed, device="cpu", verbose=0)
+        callback = StopAtTarget()
+        model.learn(total_timesteps=max_steps, callback=callback)
+        env.close()
+    steps = callback.reached_at or model.num_timesteps
+    return {"seed": seed, "wall_s": meter.reading.wall_s, "reached": callback.reached_at is not None,
+            "env_steps": steps, "processes": "1 learner + 8 env" if subproc else "1 (learner and 8 envs)",
+            "cpu_s": meter.reading.cpu_s, "cpu_s_per_1k_steps": cpu_s_per_1k_steps(meter.reading.cpu_s, steps),
+            "load_at_start": meter.reading.load_at_start}
 
 
 # the same 8 env streams of 512 steps per round, laid out as actors two ways (module docstring)
@@ -80,11 +87,16 @@ LAYOUTS = {"preset": {"scheduler": "fixed:8"},
 def ours_time_to_target(seed: int, tracking_uri: str, layout: str = "preset") -> dict:
     from flows.train import train
 
-    called_at = time.time()
-    summary = train(env="CartPole-v1", seed=seed, tracking_uri=tracking_uri,
-                    experiment="benchmark/cartpole-vs-sb3", **LAYOUTS[layout])
-    returned_at = time.time()
+    with CpuMeter() as meter:
+        called_at = time.time()
+        summary = train(env="CartPole-v1", seed=seed, tracking_uri=tracking_uri,
+                        experiment="benchmark/cartpole-vs-sb3", **LAYOUTS[layout])
+        returned_at = time.time()
     return {"seed": seed, "layout": layout, "wall_s": returned_at - called_at,
+            "processes": f"1 flow + learner, {os.cpu_count()} actor workers, 1 Prefect API server",
+            "cpu_s": meter.reading.cpu_s,
+            "cpu_s_per_1k_steps": cpu_s_per_1k_steps(meter.reading.cpu_s, summary.env_steps),
+            "load_at_start": meter.reading.load_at_start,
             "reached": summary.target_reached, "env_steps": summary.env_steps,
             "rounds": summary.rounds, "sum_round_s": summary.time_to_stop_s,
             "round_wall_s": summary.wall_time_s,
@@ -99,6 +111,8 @@ def main() -> None:
     parser.add_argument("--tracking-uri", default=None)
     parser.add_argument("--layouts", nargs="+", choices=sorted(LAYOUTS), default=["preset", "packed"],
                         help="how ours lays out a round's 8 env streams as actors (module docstring)")
+    parser.add_argument("--sb3-subproc", action="store_true",
+                        help="SB3's 8 envs each in its own process (SubprocVecEnv), not all in the learner's")
     args = parser.parse_args()
     from deployments.local_api import prefect_api
     from flows.cli import quiet_console
@@ -119,15 +133,17 @@ def main() -> None:
     with prefect_api(while_starting=while_starting):
         print(f"temporary Prefect API up in {time.perf_counter() - t0:.1f} s (not counted below)")
         for seed in args.seeds:
-            sb3.append(sb3_time_to_target(seed))
+            sb3.append(sb3_time_to_target(seed, subproc=args.sb3_subproc))
             print("sb3 ", sb3[-1], flush=True)
             turn = args.layouts if len(sb3) % 2 else args.layouts[::-1]
             for layout in turn:
                 ours[layout].append(ours_time_to_target(seed, tracking_uri, layout))
                 print("ours", ours[layout][-1], flush=True)
     med_sb3 = statistics.median(r["wall_s"] for r in sb3)
-    print(f"\nSB3: median wall to 475 {med_sb3:.1f} s, reached {sum(r['reached'] for r in sb3)}/{len(sb3)}, "
-          f"median env steps {statistics.median(r['env_steps'] for r in sb3):.0f}")
+    print(f"\nSB3 ({sb3[0]['processes']}): median wall to 475 {med_sb3:.1f} s, reached "
+          f"{sum(r['reached'] for r in sb3)}/{len(sb3)}, median env steps "
+          f"{statistics.median(r['env_steps'] for r in sb3):.0f}, median CPU s per 1k env steps (machine busy, "
+          f"all processes) {statistics.median(r['cpu_s_per_1k_steps'] for r in sb3):.3f}")
     for layout, runs in ours.items():
         med = statistics.median(r["wall_s"] for r in runs)
         print(f"ours ({layout}, {LAYOUTS[layout]}): median wall to 475 {med:.1f} s, ratio to SB3 "
@@ -135,7 +151,8 @@ def main() -> None:
               f"median env steps {statistics.median(r['env_steps'] for r in runs):.0f}, median start-up "
               f"(call to first round) {statistics.median(r['startup_s'] for r in runs):.2f} s, shut-down "
               f"(last round to return) {statistics.median(r['shutdown_s'] for r in runs):.2f} s "
-              "(goal: each under 1.5 s)")
+              "(goal: each under 1.5 s), median CPU s per 1k env steps (machine busy, all processes: "
+              f"{runs[0]['processes']}) {statistics.median(r['cpu_s_per_1k_steps'] for r in runs):.3f}")
 
 
 if __name__ == "__main__":

@@ -48,12 +48,15 @@ import argparse
 import contextlib
 import json
 import math
+import os
 import statistics
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from benchmarks.cpu_meter import CpuMeter, CpuReading, cpu_s_per_1k_steps
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -81,6 +84,17 @@ RLZOO = {
 }
 PER_EPISODE_KEYS = ("curve", "evals", "eval_returns", "eval_lengths", "eval_forward_displacement",
                     "eval_forward_reward_sum")
+def peer_label(peer: str, n_envs: int) -> str:
+    """A row's `who`: the peer, with its env process count when it has more than one env."""
+    return peer if n_envs == 1 else f"{peer}-{n_envs}env"
+
+
+def peer_name(who: str) -> str:
+    peer, _, envs = who.partition("-")
+    name = PEER_NAMES[peer]
+    return f"{name}, {envs.removesuffix('env')} env processes" if envs else name
+
+
 PEER_NAMES = {"ours": "MinionsRL, the preset's Fixed(N), train flow", "rlzoo": "SB3 PPO, RL-Zoo settings",
               "cleanrl": "SB3 PPO, CleanRL's settings"}
 
@@ -130,17 +144,28 @@ def first_locomotion(evals: list[dict], target: float) -> dict | None:
     return None
 
 
-def sb3_model(peer: str, env_id: str, seed: int, steps: int):
-    """The peer's PPO and its (training) VecNormalize env."""
+def sb3_model(peer: str, env_id: str, seed: int, steps: int, n_envs: int = 1):
+    """The peer's PPO and its (training) VecNormalize env. With n_envs > 1 the envs step in as
+    many subprocesses (SubprocVecEnv), one per core as ours has one actor per core, and the
+    rollout keeps its size: n_steps per env is the published rollout / n_envs."""
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
-    from stable_baselines3.common.vec_env import VecNormalize
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecNormalize
+
+    def vec_env():
+        cls = SubprocVecEnv if n_envs > 1 else DummyVecEnv
+        return make_vec_env(env_id, n_envs=n_envs, seed=seed, vec_env_cls=cls)
+
+    def per_env(rollout: int) -> int:
+        if rollout % n_envs:
+            raise SystemExit(f"a rollout of {rollout} steps does not split over {n_envs} envs")
+        return rollout // n_envs
 
     if peer == "rlzoo":
         if env_id not in RLZOO:
             raise SystemExit(f"no RL-Zoo settings for {env_id} here; known: {sorted(RLZOO)}")
-        hp = RLZOO[env_id]
-        env = VecNormalize(make_vec_env(env_id, n_envs=1, seed=seed), gamma=hp["gamma"])
+        hp = {**RLZOO[env_id], "n_steps": per_env(RLZOO[env_id]["n_steps"])}
+        env = VecNormalize(vec_env(), gamma=hp["gamma"])
         model = PPO("MlpPolicy", env, **hp, seed=seed, device="cpu", verbose=0,
                     policy_kwargs=dict(log_std_init=-2, ortho_init=False, activation_fn=torch.nn.ReLU,
                                        net_arch=dict(pi=[256, 256], vf=[256, 256])))
@@ -151,9 +176,8 @@ def sb3_model(peer: str, env_id: str, seed: int, steps: int):
         done = (1.0 - progress_remaining) * steps
         return 3e-4 * max(1.0 - done / cleanrl_total, 0.0)
 
-    env = VecNormalize(make_vec_env(env_id, n_envs=1, seed=seed), gamma=0.99, clip_obs=10.0,
-                       clip_reward=10.0)
-    model = PPO("MlpPolicy", env, n_steps=2048, batch_size=64, n_epochs=10, learning_rate=lr,
+    env = VecNormalize(vec_env(), gamma=0.99, clip_obs=10.0, clip_reward=10.0)
+    model = PPO("MlpPolicy", env, n_steps=per_env(2048), batch_size=64, n_epochs=10, learning_rate=lr,
                 gamma=0.99, gae_lambda=0.95, clip_range=0.2, clip_range_vf=0.2, ent_coef=0.0,
                 vf_coef=0.5, max_grad_norm=0.5, seed=seed, device="cpu", verbose=0,
                 policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]),
@@ -217,29 +241,45 @@ def episode_log():
 
 
 def sb3_run(peer: str, env_id: str, seed: int, steps: int, window: int, eval_episodes: int,
-            target: float, eval_every: int, stop_at_target: bool = False) -> dict:
+            target: float, eval_every: int, stop_at_target: bool = False, n_envs: int = 1) -> dict:
     torch.set_num_threads(1)
-    started = time.perf_counter()
-    model, env = sb3_model(peer, env_id, seed, steps)
-    # eval seeds as ours: 10,000 + the number of our rounds done (window = one round of ours)
-    log = progress_log(started, eval_every * window,
-                       lambda n: sb3_evaluate(model, env, env_id, eval_episodes, 10_000 + n // window),
-                       stop_at=target if stop_at_target else None)
-    model.learn(total_timesteps=steps, callback=log)
-    log.maybe_evaluate()  # the last update has no rollout after it
-    wall = time.perf_counter() - started - log.eval_s
+    with CpuMeter() as meter:
+        started = time.perf_counter()
+        model, env = sb3_model(peer, env_id, seed, steps, n_envs)
+        # eval seeds as ours: 10,000 + the number of our rounds done (window = one round of ours)
+        log = progress_log(started, eval_every * window,
+                           lambda n: sb3_evaluate(model, env, env_id, eval_episodes, 10_000 + n // window),
+                           stop_at=target if stop_at_target else None)
+        model.learn(total_timesteps=steps, callback=log)
+        log.maybe_evaluate()  # the last update has no rollout after it
+        env.close()  # SubprocVecEnv's processes end inside the measured stretch
+    wall = meter.reading.wall_s - log.eval_s
 
     ev = sb3_evaluate(model, env, env_id, eval_episodes, 10_000 + seed)
     means = window_means(log.ends, log.returns, window, model.num_timesteps)
     finite = [m for m in means if not math.isnan(m)]
     return {"who": peer, "seed": seed, "wall_s": wall, "eval_s_in_training": log.eval_s,
-            "env_steps": int(model.num_timesteps),
+            "env_steps": int(model.num_timesteps), "processes": f"1 learner + {n_envs} env" if n_envs > 1
+            else "1 (learner and env)", **cpu_fields(meter.reading, log.eval_s, int(model.num_timesteps)),
             "last_return": means[-1] if means else math.nan,
             "ep_rew_mean_100": float(np.mean(log.returns[-100:])) if log.returns else math.nan,
             "best_return": max(finite) if finite else math.nan,
             "first_target_steps": first_reaching(means, window, target),
             "evals": log.evals, "to_target": first_locomotion(log.evals, target),
             **eval_fields(ev), "curve": means}
+
+
+def cpu_fields(reading: CpuReading, eval_s: float, env_steps: int) -> dict:
+    """The machine's busy CPU seconds of a run, less its evaluations (one core each, the rest
+    idle), per 1k env steps; the load average at its start says whether the machine was quiet."""
+    cpu_s = max(reading.cpu_s - eval_s, 0.0)
+    return {"cpu_s": cpu_s, "cpu_s_per_1k_steps": cpu_s_per_1k_steps(cpu_s, env_steps),
+            "load_at_start": reading.load_at_start, "machine_cores": reading.cores}
+
+
+def local_workers() -> int:
+    """The local backend's worker processes: one per core (tasks/local_pool.py's default)."""
+    return os.cpu_count() or 1
 
 
 def evaluate_final_policy(env_id: str, summary, episodes: int, seed: int):
@@ -296,6 +336,7 @@ def ours_run(env_id: str, seed: int, rounds: int, tracking_uri: str, eval_episod
 
     torch.set_num_threads(1)
     preset = preset_for(env_id, variant)
+    meter = CpuMeter().__enter__()
     started, called_at = time.perf_counter(), time.time()
     # Run the full step budget (target far away) so that both sides train equally long, or with
     # stop_at_target until an evaluation reaches the locomotion J (as the SB3 side stops).
@@ -305,6 +346,7 @@ def ours_run(env_id: str, seed: int, rounds: int, tracking_uri: str, eval_episod
                     fragment=int(preset["fragment"]), ppo={**preset["ppo"], **(ppo or {})},
                     eval_every=eval_every, eval_episodes=eval_episodes if eval_every else None,
                     experiment=f"benchmark/{env_id}{'-' + variant if variant else ''}-vs-sb3")
+    meter.__exit__()
     wall = time.perf_counter() - started
     evals = train_evals(summary, tracking_uri, called_at) if eval_every else []
     eval_s = eval_seconds(summary, tracking_uri) if eval_every else 0.0
@@ -317,7 +359,8 @@ def ours_run(env_id: str, seed: int, rounds: int, tracking_uri: str, eval_episod
     first = next((s for s, m in zip(steps, curve, strict=True)
                   if not math.isnan(m) and m >= target), None)
     return {"who": "ours", "seed": seed, "wall_s": wall, "eval_s_in_training": eval_s,
-            "env_steps": summary.env_steps,
+            "env_steps": summary.env_steps, "processes": f"1 flow + learner, {local_workers()} actor workers, "
+            "1 Prefect API server", **cpu_fields(meter.reading, eval_s, summary.env_steps),
             "round_wall_s": summary.wall_time_s, "sum_round_s": summary.time_to_stop_s,
             "last_return": summary.final_return, "best_return": max(finite) if finite else math.nan,
             "first_target_steps": first, "evals": evals, "to_target": first_locomotion(evals, target),
@@ -330,7 +373,7 @@ def run_order(seed_index: int, runs: list) -> list:
 
 
 # Settings that results files written before them lack, with the value those runs had.
-SETTINGS_ADDED_LATER = {"stop_at_target": False}
+SETTINGS_ADDED_LATER = {"stop_at_target": False, "peer_envs": [1]}
 
 
 def resumable_rows(out: Path, settings: dict) -> list[dict]:
@@ -359,25 +402,35 @@ def _spread(rows: list[dict], key: str) -> str:
     return f"{statistics.median(values):.1f} [{min(values):.1f}, {max(values):.1f}]"
 
 
+def cpu_spread(rows: list[dict]) -> str:
+    """CPU-seconds per 1k env steps, median [min, max]; rows from before it was measured lack it."""
+    values = [r["cpu_s_per_1k_steps"] for r in rows if r.get("cpu_s_per_1k_steps") is not None]
+    if not values:
+        return "not measured"
+    return f"{statistics.median(values):.2f} [{min(values):.2f}, {max(values):.2f}]"
+
+
 def table(env_id: str, steps: int, seeds: list[int], rows: list[dict], target: float,
           eval_episodes: int, eval_every: int) -> str:
-    whos = ["ours"] + [w for w in PEERS if any(r["who"] == w for r in rows)]
+    whos = ["ours"] + sorted({r["who"] for r in rows} - {"ours"})
     lines = [
         f"{env_id}, {steps} env steps each, seeds {seeds}: medians over seeds [min, max]",
         "",
         f"| | wall s | last R (last window) | best R | final eval (det., {eval_episodes} ep.) "
-        f"| eval displacement m: mean; min | steps to R>={target:g} (training R) | reached |",
-        "|---|---|---|---|---|---|---|---|",
+        f"| eval displacement m: mean; min | steps to R>={target:g} (training R) | reached "
+        "| processes | CPU s per 1k env steps (machine busy, all processes) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for who in whos:
         group = [r for r in rows if r["who"] == who]
         reached = sum(r["first_target_steps"] is not None for r in group)
         firsts = [r["first_target_steps"] for r in group if r["first_target_steps"] is not None]
-        lines.append(f"| {PEER_NAMES[who]} | {_spread(group, 'wall_s')} | {_median(group, 'last_return'):.0f} "
+        lines.append(f"| {peer_name(who)} | {_spread(group, 'wall_s')} | {_median(group, 'last_return'):.0f} "
                      f"| {_median(group, 'best_return'):.0f} | {_spread(group, 'eval_return')} "
                      f"| {_median(group, 'eval_displacement_mean'):.2f}; "
                      f"{_median(group, 'eval_displacement_min'):.2f} "
-                     f"| {statistics.median(firsts) if firsts else 'n/a'} | {reached}/{len(group)} |")
+                     f"| {statistics.median(firsts) if firsts else 'n/a'} | {reached}/{len(group)} "
+                     f"| {group[0].get('processes', 'not recorded')} | {cpu_spread(group)} |")
     if eval_every:
         lines += ["", f"Periodic evaluation every {eval_every} rounds: first eval with return >= {target:g} "
                   "and every episode moving forward (displacement min > 0)", "",
@@ -385,7 +438,7 @@ def table(env_id: str, steps: int, seeds: list[int], rows: list[dict], target: f
         for who in whos:
             group = [r for r in rows if r["who"] == who]
             hits = [r["to_target"] for r in group if r["to_target"]]
-            lines.append(f"| {PEER_NAMES[who]} | {len(hits)}/{len(group)} "
+            lines.append(f"| {peer_name(who)} | {len(hits)}/{len(group)} "
                          f"| {_spread(hits, 'env_steps')} | {_spread(hits, 'wall_s')} |")
     ours = [r for r in rows if r["who"] == "ours"]
     for who in whos[1:]:
@@ -433,6 +486,10 @@ def main() -> None:
                         help="J for the steps-to-target figures (default: the variant's J; "
                              "without a variant 1000, issue 5's)")
     parser.add_argument("--peers", nargs="*", default=["rlzoo"], choices=PEERS)
+    parser.add_argument("--peer-envs", type=int, nargs="+", default=[1],
+                        help="envs of each SB3 peer, each in its own subprocess when > 1 (issue 33: as "
+                             "many env processes as ours has actor cores); the rollout keeps its size; "
+                             "several counts run each peer once per count")
     parser.add_argument("--eval-every", type=int, default=0,
                         help="evaluate every N rounds during training, both sides (0: only at the end)")
     parser.add_argument("--eval-episodes", type=int, default=5)
@@ -477,7 +534,7 @@ def main() -> None:
                 "fragment": fragment, "carry_episodes": preset["carry_episodes"], "preset_ppo": preset["ppo"],
                 "target": target, "steps": steps,
                 "eval_every": args.eval_every, "eval_episodes": args.eval_episodes, "ppo_overrides": args.ppo,
-                "stop_at_target": args.stop_at_target}
+                "stop_at_target": args.stop_at_target, "peer_envs": args.peer_envs}
     rows = [] if args.fresh else resumable_rows(out, settings)
     if rows:
         print(f"resuming {out}: {len(rows)} runs done: "
@@ -488,6 +545,8 @@ def main() -> None:
         out.write_text(json.dumps({**settings, "seeds": args.seeds, "peers": args.peers,
                                    "complete": complete, "rows": rows}, indent=1))
 
+    peer_runs = [(peer, n) for peer in args.peers for n in args.peer_envs]
+    whos = ["ours", *(peer_label(p, n) for p, n in peer_runs)]
     t0 = time.perf_counter()
     with contextlib.nullcontext() if args.report_only else prefect_api():
         if not args.report_only:
@@ -496,10 +555,10 @@ def main() -> None:
             runs = [lambda s=seed: ours_run(args.env, s, rounds, tracking_uri, args.eval_episodes,
                                             target, args.eval_every, args.variant, args.ppo,
                                             args.stop_at_target)]
-            runs += [lambda s=seed, p=peer: sb3_run(p, args.env, s, steps, window, args.eval_episodes,
-                                                    target, args.eval_every, args.stop_at_target)
-                     for peer in args.peers]
-            whos = ["ours", *args.peers]
+            runs += [lambda s=seed, p=peer, n=n: {**sb3_run(p, args.env, s, steps, window, args.eval_episodes,
+                                                            target, args.eval_every, args.stop_at_target, n),
+                                                  "who": peer_label(p, n)}
+                     for peer, n in peer_runs]
             # the order reverses every other seed, so a drift in the machine's speed (up to 1.7x
             # within an hour here) does not always fall on the same side
             for who, run in run_order(i, list(zip(whos, runs, strict=True))):
@@ -512,12 +571,12 @@ def main() -> None:
                          if k not in PER_EPISODE_KEYS}
                 print(brief, flush=True)
 
-    asked = [r for r in rows if r["seed"] in args.seeds and r["who"] in ("ours", *args.peers)]
+    asked = [r for r in rows if r["seed"] in args.seeds and r["who"] in whos]
     if not asked:
         print(f"no finished runs of these settings in {out}")
         return
     done = {(r["who"], r["seed"]) for r in asked}
-    complete = done == {(w, seed) for w in ("ours", *args.peers) for seed in args.seeds}
+    complete = done == {(w, seed) for w in whos for seed in args.seeds}
     text = table(args.env, steps, sorted({r["seed"] for r in asked}), asked, target, args.eval_episodes,
                  args.eval_every)
     print("\n" + text)

@@ -193,14 +193,15 @@ def test_experiment_progress_and_run_table():
         experiment_run_rows,
     )
 
-    runs = [ExperimentRun("fixed:2", summary(seed=0)),
+    runs = [ExperimentRun("fixed:2", summary(seed=0, cloud_time_s=8.25)),
             ExperimentRun("learned", summary(seed=1, stop_reason="max_rounds", rounds=60, final_return=math.nan))]
     rows = experiment_run_rows(runs)
     assert [tuple(r) for r in rows] == [EXPERIMENT_RUN_COLUMNS] * 2
     assert rows[0] == {"run": 0, "scheduler": "fixed:2", "seed": 0, "target reached": "yes", "rounds": 3,
-                       "time (s)": 7.5, "cost ($)": 0.0045}
-    assert rows[1]["target reached"] == "no"
-    assert experiment_run_result(runs[0]) == "fixed:2 seed 0: J reached in 3 rounds (return 480.0, 7.50 s, $0.004500)"
+                       "wall (s)": 9.75, "cloud clock (s)": 8.25, "sum of P_k (s)": 7.5, "cost ($)": 0.0045}
+    assert rows[1]["target reached"] == "no" and rows[1]["cloud clock (s)"] is None  # a run without one
+    assert experiment_run_result(runs[0]) == ("fixed:2 seed 0: J reached in 3 rounds (return 480.0, "
+                                              "wall 9.75 s, cloud 8.25 s, $0.004500)")
     assert experiment_run_result(runs[1]).startswith("learned seed 1: max_rounds after 60 rounds (return n/a")
     assert experiment_progress(0, 6) == Progress(0.0, "0 of 6 runs done")
     halfway = experiment_progress(3, 6, "x")

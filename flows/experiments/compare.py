@@ -67,14 +67,16 @@ def compare_schedulers(
     sweep: list[int] | None = None, tracking_uri: str | None = None, experiment: str | None = None,
     checkpoint_dir: str | None = None, resume_run_id: str | None = None,
 ) -> CompareResult:
-    """Time (sum of P_k) and cost to J for the learned scheduler, Max, Adapt, the server-based
-    fixed cluster and IMPACT, mean and std over seeds (the paper's Table 2; BENCHMARKS.md).
+    """Time and cost to J for the learned scheduler, Max, Adapt, the server-based fixed cluster
+    and IMPACT, mean and std over seeds (the paper's Table 2; BENCHMARKS.md). Time is the cloud
+    clock for every row (one core per actor: P_k plus each round's orchestration), this machine's
+    wall beside it (CLOCK_LEGEND).
 
-    IMPACT (the `impact` flow, nested) has no rounds: its time is its wall time, and it is billed
-    as the server cluster it needs (with and without start-up). The server-based rows are real
-    `system=server-cluster` runs on the same seeds (the price table's cluster, its actor_cores
-    every round), billed for their wall time with and without the cluster's start-up, not held
-    to B. The best Fixed(N) of the sweep in hindsight (cheapest that reached J on every seed) is a
+    IMPACT (the `impact` flow, nested) has no rounds: its cloud time comes from the virtual-time
+    executor with the price table's actor cores, and it is billed as the server cluster it needs
+    (with and without start-up). The server-based rows are real `system=server-cluster` runs on
+    the same seeds (the price table's cluster, its actor_cores every round), billed for their
+    cloud time with and without the cluster's start-up, not held to B. The best Fixed(N) of the sweep in hindsight (cheapest that reached J on every seed) is a
     row of its own, and each learned scheduler is judged against it: cost within 5% at no more time.
 
     Args:

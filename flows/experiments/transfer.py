@@ -103,7 +103,7 @@ def publish_transfer(exp: Experiment, trained: dict[str, SchedulerTrainingResult
     ax_l.set_xlabel("scheduler episode")
     ax_l.set_ylabel("episode reward")
     ax_l.legend()
-    bars(ax_t, rows, "time_s", "time to stop, sum of P_k (s)")
+    bars(ax_t, rows, "time_s", "time to stop, cloud clock (s)")
     bars(ax_c, rows, "cost_usd", "cost (USD)")
     fig.suptitle(f"{exp.env} (J = {exp.workload.target_return}): fine-tune {Path(source).name} for "
                  f"{finetune_episodes} episodes vs {scratch_episodes} from scratch; evaluated greedy on seeds "
