@@ -20,6 +20,7 @@ the repeats.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 
 from mlflow.tracking import MlflowClient
@@ -77,8 +78,6 @@ def interleaved(args: argparse.Namespace) -> list[dict]:
 
 
 def main() -> None:
-    import json
-    import os
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--actors", type=int, nargs="+", default=[1, 8, 32])
@@ -90,7 +89,41 @@ def main() -> None:
     parser.add_argument("--json", help="also write the rows here")
     parser.add_argument("--api-url", help="run against this Prefect API (a user's `prefect server start`, a "
                                           "PostgreSQL-backed or a remote one) instead of a temporary one")
+    parser.add_argument("--rtt-ms", type=float, default=0.0,
+                        help="with --api-url: reach it through a local proxy that adds this round-trip time "
+                             "(benchmarks/rtt_proxy.py; a remote server, issue 34)")
     args = parser.parse_args()
+    if args.rtt_ms and not args.api_url:
+        parser.error("--rtt-ms delays the way to --api-url: give both")
+    with contextlib.ExitStack() as stack:
+        if args.rtt_ms:
+            args.api_url = stack.enter_context(delayed_api(args.api_url, args.rtt_ms))
+        run(args, parser)
+
+
+def delayed_api(api_url: str, rtt_ms: float):
+    """A context giving api_url's equivalent through an RttProxy that adds rtt_ms."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    from benchmarks.rtt_proxy import RttProxy
+
+    parts = urlsplit(api_url)
+    if parts.scheme != "http" or parts.hostname is None:
+        raise SystemExit(f"--rtt-ms needs a plain http:// API URL, got {api_url}")
+
+    @contextlib.contextmanager
+    def proxied():
+        with RttProxy((parts.hostname, parts.port or 80), rtt_ms / 1000) as port:
+            print(f"API through a +{rtt_ms:g} ms RTT proxy on 127.0.0.1:{port}", flush=True)
+            yield urlunsplit(parts._replace(netloc=f"127.0.0.1:{port}"))
+
+    return proxied()
+
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    import json
+    import os
+
     if args.api_url:
         os.environ["PREFECT_API_URL"] = args.api_url
     if os.environ.get("PREFECT_API_URL") and args.database != ["sqlite"]:
@@ -106,6 +139,7 @@ def main() -> None:
         uri = default_tracking_uri()
         with prefect_api(database=args.database[0]):
             served_by = args.api_url or os.environ.get("PREFECT_API_URL") or f"temporary ({args.database[0]})"
+            served_by += f" +{args.rtt_ms:g} ms RTT" if args.rtt_ms else ""
             rows = [measure(n, args.rounds, args.fragment, uri) | {"database": served_by}
                     for n in args.actors]
     if args.json:
