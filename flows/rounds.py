@@ -10,12 +10,13 @@ import time
 from pathlib import Path
 
 from prefect import flow, get_run_logger, unmapped
-from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+from prefect.settings import PREFECT_API_URL, PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
 from flows import interrupts
 from flows.prefect_patches.lean_subflow import lean_start
 from flows.prefect_patches.shared_task_runner import SharedThreadPoolTaskRunner, results_of
 from flows.tracking import RunTracker
+from models.report.slow_server import round_orchestration_s, slow_server_warning
 from models.rl.rollout import RolloutBatch
 from models.run.journal import RoundJournal
 from models.run.session import TrainingSession
@@ -137,4 +138,10 @@ def run_rounds(session: TrainingSession, backend: ActorBackend, tracker: RunTrac
                            "to evaluate whole episodes (or a longer fragment)")
                 logger.warning(message)
                 tracker.set_tags({"minionsrl.warning": message})
+            slow = slow_server_warning(k, round_orchestration_s(metrics["time/round_cycle_wall_s"],
+                                       metrics["time/actor_busy_s"], metrics["time/learner_s"]),
+                                       metrics["time/round_cycle_wall_s"], PREFECT_API_URL.value())
+            if slow:  # once, at round 1: the server, not the training, sets the pace
+                logger.warning(slow)
+                tracker.set_tags({"minionsrl.warning.server": slow})
         session.add_orchestration(time.perf_counter() - cycle_started)  # the last round's writes, the stop
