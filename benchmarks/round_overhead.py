@@ -113,9 +113,12 @@ def delayed_api(api_url: str, rtt_ms: float):
 
     @contextlib.contextmanager
     def proxied():
+        from deployments.local_api import drain_prefect_workers
+
         with RttProxy((parts.hostname, parts.port or 80), rtt_ms / 1000) as port:
             print(f"API through a +{rtt_ms:g} ms RTT proxy on 127.0.0.1:{port}", flush=True)
             yield urlunsplit(parts._replace(netloc=f"127.0.0.1:{port}"))
+            drain_prefect_workers()  # the runs' queued logs and events, while the way is open
 
     return proxied()
 

@@ -50,15 +50,17 @@ async def _serve(listen_port: int, target: tuple[str, int], rtt_s: float,
     one_way = rtt_s / 2
 
     async def handle(client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
-        await asyncio.sleep(rtt_s)  # the handshake with a host rtt_s away
-        try:
-            server_r, server_w = await asyncio.open_connection(*target)
-        except OSError:
-            client_w.close()
-            return
-        await asyncio.gather(_pump(client_r, server_w, one_way), _pump(server_r, client_w, one_way))
-        for w in (client_w, server_w):
-            w.close()
+        writers = [client_w]
+        try:  # a cancelled connection (the proxy stopping) ends quietly: asyncio's start_server
+            await asyncio.sleep(rtt_s)  # logs a handler that ends cancelled as an error (3.11)
+            server_r, server_w = await asyncio.open_connection(*target)  # the handshake, rtt_s away
+            writers.append(server_w)
+            await asyncio.gather(_pump(client_r, server_w, one_way), _pump(server_r, client_w, one_way))
+        except (OSError, asyncio.CancelledError):
+            pass
+        finally:
+            for w in writers:
+                w.close()
 
     server = await asyncio.start_server(handle, "127.0.0.1", listen_port)
     if bound is not None:

@@ -34,5 +34,6 @@ def slow_server_warning(round_index: int, orchestration_s: float, cycle_wall_s: 
         return None
     return (f"orchestration took {orchestration_s:.2f} s of round {round_index}'s {cycle_wall_s:.2f} s: the Prefect "
             f"server at {api_url or 'PREFECT_API_URL'} sets the pace (a stock `prefect server start` on SQLite "
-            "records task runs slowly, ~2 s a round); faster: the project's temporary API (unset PREFECT_API_URL) "
-            "or a Prefect server on PostgreSQL (README, 'Which Prefect server')")
+            "records task runs slowly, ~2 s a round; a distant one adds its round trips to each API call); faster: "
+            "the project's temporary API (unset PREFECT_API_URL) or a nearby Prefect server on PostgreSQL "
+            "(README, 'Which Prefect server')")
