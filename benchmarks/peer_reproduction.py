@@ -7,12 +7,12 @@ sb3_model) for the published env steps, then reports the statistic the peer publ
 
 - CleanRL (docs/benchmark/ppo_continuous_action.md, tag pr-424, MuJoCo v4, 1M steps): the mean
   episodic return of training episodes at the end, mean +- std over its seeds. Ours: the mean of
-  the last 100 training episodes (SB3's ep_rew_mean window); "reproduced" when it lies within the
-  published mean +- 2 std (the seed-to-seed spread of a 3-seed figure).
+  the last 100 training episodes (SB3's ep_rew_mean window); "reproduced" when it is at least the
+  published mean - 2 std (the seed-to-seed spread of a 3-seed figure; above the band counts).
 - RL-Zoo (benchmark.md, v3 envs, 1M steps, one run): the deterministic policy's mean return over
   150k evaluation steps. Ours: 10 deterministic episodes with frozen normalisation statistics;
-  "reproduced" within the published mean +- 2 std, the std being that of the episodes, or 10% of
-  the mean where the published std is below it (one trained agent, not a spread over seeds).
+  "reproduced" when at least the published mean - 2 std, the std being that of the episodes, or
+  10% of the mean where the published std is below it (one trained agent, not a spread over seeds).
 
 Our envs are gymnasium's v5 (the project's); the published figures are v4 (CleanRL) and v3
 (RL-Zoo), whose dynamics v5 keeps (v5 fixes bugs in observations and the contact cost).
@@ -66,10 +66,11 @@ PUBLISHED = {
 
 
 def verdict(published: Published, training_mean: float, eval_mean: float) -> tuple[float, bool]:
-    """The figure comparable with the published one, and whether it lies in the published band."""
+    """The figure comparable with the published one, and whether the peer reproduces it: at or
+    above the band's low end (a peer that learns more than it published is not a broken peer;
+    the table says when it lies above the band)."""
     ours = training_mean if published.statistic == "training episodes" else eval_mean
-    low, high = published.band()
-    return ours, (not math.isnan(ours)) and low <= ours <= high
+    return ours, (not math.isnan(ours)) and ours >= published.band()[0]
 
 
 def run_one(peer: str, env_id: str, seed: int, eval_episodes: int) -> dict:
@@ -93,7 +94,13 @@ def line(r: dict) -> str:
     low, high = r["band"]
     return (f"| {r['peer']} | {r['env']} (published on {p['env_version']}) | {r['seed']} | {r['env_steps']:,} "
             f"| {p['statistic']}: {r['figure']:.0f} | {p['mean']:.0f} +- {p['std']:.0f} (band {low:.0f}-{high:.0f}) "
-            f"| {'yes' if r['reproduced'] else 'NO'} | {r['wall_s']:.0f} |")
+            f"| {reproduced_words(r['figure'], r['reproduced'], high)} | {r['wall_s']:.0f} |")
+
+
+def reproduced_words(figure: float, reproduced: bool, high: float) -> str:
+    if not reproduced:
+        return "NO"
+    return "yes, above the band" if figure > high else "yes"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -122,6 +129,8 @@ def main(argv: list[str] | None = None) -> None:
         args.out.write_text(json.dumps(rows, indent=1))
     print("| peer | env | seed | env steps | ours | published | reproduced | wall s |\n|---|---|---|---|---|---|---|---|")
     for r in sorted(rows, key=lambda r: (r["peer"], r["env"], r["seed"])):
+        published = PUBLISHED[(r["peer"], r["env"])]  # the current rule, for runs judged by an older one
+        r["figure"], r["reproduced"] = verdict(published, r["training_mean_last_100"], r["eval_return"])
         print(line(r))
 
 

@@ -36,6 +36,7 @@ def test_published_band_and_verdict():
     assert cleanrl.band() == pytest.approx((2382.86 - 2 * 271.74, 2382.86 + 2 * 271.74))
     assert verdict(cleanrl, training_mean=2000.0, eval_mean=math.nan) == (2000.0, True)
     assert verdict(cleanrl, training_mean=1000.0, eval_mean=3000.0) == (1000.0, False)  # the training figure counts
+    assert verdict(cleanrl, training_mean=3500.0, eval_mean=math.nan) == (3500.0, True)  # above the band: not broken
     # one trained agent with a tiny std: the band is 10% of the mean each side, not +-20
     zoo = PUBLISHED[("rlzoo", "Hopper-v5")]
     assert zoo.band() == pytest.approx((2410.435 * 0.8, 2410.435 * 1.2))
