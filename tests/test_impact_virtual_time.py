@@ -130,3 +130,25 @@ def test_a_real_actors_first_fragment_carries_its_whole_boot_as_the_executors_do
             first = pool.collect(timeout_s=1.0)
     boot = first[0].batch.timings.startup_s
     assert boot >= 0.3, boot  # a spawned interpreter importing torch; building envs alone takes ~0.01 s
+
+
+def test_closing_the_pool_while_it_computes_fragments_stops_it_cleanly():
+    """A Ctrl-C closes the pool from the signal handler while the learner's thread is inside
+    collect() computing fragments (32 actors take seconds): collect returns, nothing raises, and
+    the learner's own check then stops the run (it used to fail with an IndexError)."""
+    cfg = ImpactConfig(actors=4, fragment=64, envs_per_actor=1, batch_fragments=2, buffer_fragments=8, max_reuse=2)
+    learner = ImpactLearner(env_spaces("CartPole-v1"), cfg, seed=0, device="cpu")
+    pool = VirtualImpactActorPool("CartPole-v1", cfg, len(learner.weights_vector()), 0, boot_s=0.5)
+    pool.publish(learner.weights_vector(), learner.version, learner.norm_state())
+    sampled = []
+    first = pool._actors[0].sample
+
+    def sample_then_close(read_newest):
+        sampled.append(1)
+        pool.close()  # as interrupts.deferred(abandon=pool.close) does on Ctrl-C
+        return first(read_newest)
+
+    pool._actors[0].sample = sample_then_close
+    assert pool.collect(timeout_s=1.0) == []
+    assert sampled == [1]  # the fragment in progress ended; no other actor started after the close
+    assert pool.collect(timeout_s=1.0) == []

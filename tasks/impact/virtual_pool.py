@@ -39,6 +39,7 @@ class VirtualImpactActorPool(FragmentInbox):
         self.boot_s = measure_actor_boot(env_id, cfg, seed) if boot_s is None else boot_s
         self._actors = [ImpactActor(env_id, cfg, seed, i, 0) for i in range(cfg.actors)]
         self._booted = [False] * cfg.actors
+        self._closed = False  # close() may come from a Ctrl-C while this thread computes fragments
         self.schedule: CloudSchedule[_Weights, ImpactFragment] = CloudSchedule(cfg.actors, self.boot_s)
         self.actor_compute_s = 0.0
         """The fragments' one-core durations (thread CPU seconds): what the cloud clock counts."""
@@ -71,16 +72,17 @@ class VirtualImpactActorPool(FragmentInbox):
         the learner waits (on the cloud clock) for the next one."""
         self._learner_back()
         self._compute_due(until_next_arrival=False)
-        out = self.schedule.arrived()
-        if not out and timeout_s > 0:
+        out = [] if self._closed else self.schedule.arrived()  # closed by a Ctrl-C: the caller's check stops
+        if not out and timeout_s > 0 and not self._closed:
             self._compute_due(until_next_arrival=True)
-            self.schedule.wait_for_next_arrival()
-            out = self.schedule.arrived()
+            if not self._closed:
+                self.schedule.wait_for_next_arrival()
+                out = self.schedule.arrived()
         self._learner_leaves()
         return out
 
     def _compute_due(self, until_next_arrival: bool) -> None:
-        while (i := self.schedule.due_actor(until_next_arrival)) is not None:
+        while not self._closed and (i := self.schedule.due_actor(until_next_arrival)) is not None:
             published = self.schedule.start(i)
             actor = self._actors[i]
             read_newest = _fixed_weights(published.version, *published.weights)
@@ -96,7 +98,8 @@ class VirtualImpactActorPool(FragmentInbox):
             self.schedule.finish(i, duration_s, ImpactFragment(batch, actor.held, i, 0))
 
     def close(self) -> None:
-        self._actors.clear()
+        """Stop computing fragments (from any thread: the fragment in progress ends first)."""
+        self._closed = True
 
     def pids(self) -> list[int]:
         return []
