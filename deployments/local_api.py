@@ -116,13 +116,17 @@ def _save_template(database: Path, template: Path) -> None:
     os.replace(partial, template)
 
 
-def serve(port: int, all_services: bool = False) -> None:
+def serve(port: int, all_services: bool = False, ui: bool = False) -> None:
     """Serve Prefect's app on 127.0.0.1:port with IMMEDIATE write transactions.
 
     all_services=False runs only the services an ephemeral server runs (enough for flows that
     run in-process); True runs all of them, as `prefect server start` does, for work pools:
     the foreman (worker and pool health), late runs, cancellation clean-up, the scheduler.
+    ui=True also serves Prefect's UI at http://127.0.0.1:port/ (Prefect mounts it only on a
+    server that is not ephemeral, so every service runs then too).
     """
+    if ui:
+        os.environ["PREFECT_UI_ENABLED"] = "1"
     for name, value in SERVER_DEFAULTS.items():  # before Prefect reads its settings
         os.environ.setdefault(name, value)
     import uvicorn
@@ -131,7 +135,7 @@ def serve(port: int, all_services: bool = False) -> None:
     prepare_sqlite_database()
     from prefect.server.api.server import create_app
 
-    uvicorn.run(create_app(ephemeral=not all_services, final=True), host="127.0.0.1", port=port,
+    uvicorn.run(create_app(ephemeral=not (all_services or ui), final=True), host="127.0.0.1", port=port,
                 log_level="error", lifespan="on")
 
 
@@ -177,8 +181,11 @@ def server_database(database: str | None, env: dict[str, str]) -> Iterator[None]
 
 @contextlib.contextmanager
 def prefect_api(timeout_s: float = 120.0, while_starting: Callable[[], None] | None = None,
-                database: str | None = None) -> Iterator[str]:
+                database: str | None = None, ui: bool | None = None) -> Iterator[str]:
     """Yield an API URL: PREFECT_API_URL if set, else a temporary local server's.
+
+    ui: the temporary server also serves Prefect's UI (its address is printed); default
+    $MINIONSRL_PREFECT_UI=1. Off by default: the UI's server runs every service.
 
     The temporary server uses Prefect's default database (PREFECT_HOME/prefect.db), so a
     later `prefect server start` shows these runs in the UI; or, with database="postgres"
@@ -197,18 +204,26 @@ def prefect_api(timeout_s: float = 120.0, while_starting: Callable[[], None] | N
         return
     port = _free_port()
     api_url = f"http://127.0.0.1:{port}/api"
-    env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    ui = os.environ.get(UI_ENV) == "1" if ui is None else ui
+    env = {**os.environ, "PREFECT_UI_ENABLED": "1" if ui else "0", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     with server_database(database, env), _temporary_server(port, api_url, env, timeout_s,
-                                                           while_starting) as url:
+                                                           while_starting, ui) as url:
+        if ui:
+            print(f"Prefect UI: {api_url.removesuffix('/api')}", file=sys.stderr, flush=True)
         yield url
+
+
+UI_ENV = "MINIONSRL_PREFECT_UI"
+"""=1: the temporary API serves Prefect's UI too."""
 
 
 @contextlib.contextmanager
 def _temporary_server(port: int, api_url: str, env: dict[str, str], timeout_s: float,
-                      while_starting: Callable[[], None] | None) -> Iterator[str]:
+                      while_starting: Callable[[], None] | None, ui: bool = False) -> Iterator[str]:
     # its own session: a terminal's Ctrl-C reaches the training, which ends the server in order
     process = subprocess.Popen([sys.executable, "-m", "deployments.local_api", "--port", str(port),
-                                "--parent-pid", str(os.getpid())], env=env, start_new_session=True)
+                                "--parent-pid", str(os.getpid()), *(["--ui"] if ui else [])],
+                               env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + timeout_s
         if while_starting:
@@ -271,7 +286,8 @@ if __name__ == "__main__":
     parser.add_argument("--all-services", action="store_true",
                         help="run every server service, as `prefect server start` does")
     parser.add_argument("--parent-pid", type=int, help="exit when this process (the one that started us) is gone")
+    parser.add_argument("--ui", action="store_true", help="also serve Prefect's UI at http://127.0.0.1:<port>/")
     args = parser.parse_args()
     if args.parent_pid:
         exit_with_parent(args.parent_pid)
-    serve(args.port, args.all_services)
+    serve(args.port, args.all_services, args.ui)

@@ -103,7 +103,7 @@ class PrefectStack:
             "PREFECT_HOME": str(self.home),
             "PREFECT_API_URL": self.api_url,
             "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-            "PREFECT_UI_ENABLED": "false",
+            "PREFECT_UI_ENABLED": "true",  # the stack's server serves the UI: watch the runs there
             "PREFECT_CLI_PROMPT": "false",
             "PREFECT_WORKER_QUERY_SECONDS": "1",
             "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
@@ -134,7 +134,7 @@ class PrefectStack:
         if self.database_url:
             env["PREFECT_SERVER_DATABASE_CONNECTION_URL"] = self.database_url
         server = self._spawn("server", sys.executable, "-m", "deployments.local_api", "--port",
-                             str(self.port), "--all-services", env=env)
+                             str(self.port), "--all-services", "--ui", env=env)
         deadline = time.monotonic() + timeout_s
         while True:
             with contextlib.suppress(OSError):

@@ -146,3 +146,32 @@ def test_three_servers_started_at_once_on_a_new_database_all_come_up(tmp_path):
         for server in servers:
             server.terminate()
             server.wait(timeout=30)
+
+
+def test_on_request_the_temporary_api_serves_prefects_ui(tmp_path):
+    """MINIONSRL_PREFECT_UI=1: the UI's pages answer at the server's root (a flow-run page is the UI's
+    app, not the API's {"detail": "Not Found"}), and its address is printed. What the page shows
+    needs a browser, which this machine lacks: checked by hand and in the screenshots script."""
+    import os
+    import subprocess
+    import sys
+    import urllib.request
+
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env.update(PREFECT_HOME=str(tmp_path), MINIONSRL_PREFECT_UI="1")
+    starter = subprocess.Popen(
+        [sys.executable, "-c", "import time\nfrom deployments.local_api import prefect_api\n"
+         "with prefect_api() as url:\n    print(url, flush=True)\n    time.sleep(600)\n"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = starter.stdout.readline().strip()
+        base = url.removesuffix("/api")
+        for page in ("/", "/runs/flow-run/8c1d4a4e-0000-4000-8000-000000000000"):
+            as_a_browser = urllib.request.Request(f"{base}{page}", headers={"Accept": "text/html"})
+            with urllib.request.urlopen(as_a_browser, timeout=30) as reply:
+                body = reply.read().decode()
+            assert reply.status == 200 and "<title>Prefect" in body and "Not Found" not in body, (page, body[:200])
+    finally:
+        starter.kill()
+        _, printed = starter.communicate(timeout=30)
+    assert f"Prefect UI: {base}" in printed
