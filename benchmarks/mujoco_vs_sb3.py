@@ -336,17 +336,16 @@ def ours_run(env_id: str, seed: int, rounds: int, tracking_uri: str, eval_episod
 
     torch.set_num_threads(1)
     preset = preset_for(env_id, variant)
-    meter = CpuMeter().__enter__()
-    started, called_at = time.perf_counter(), time.time()
-    # Run the full step budget (target far away) so that both sides train equally long, or with
-    # stop_at_target until an evaluation reaches the locomotion J (as the SB3 side stops).
-    summary = train(env=env_id, preset=variant, scheduler=preset["scheduler"], seed=seed, max_rounds=rounds,
-                    target_return=target if stop_at_target else 1e9, stop_at_eval=stop_at_target,
-                    budget_usd=1e6, tracking_uri=tracking_uri,
-                    fragment=int(preset["fragment"]), ppo={**preset["ppo"], **(ppo or {})},
-                    eval_every=eval_every, eval_episodes=eval_episodes if eval_every else None,
-                    experiment=f"benchmark/{env_id}{'-' + variant if variant else ''}-vs-sb3")
-    meter.__exit__()
+    with CpuMeter() as meter:
+        started, called_at = time.perf_counter(), time.time()
+        # Run the full step budget (target far away) so that both sides train equally long, or with
+        # stop_at_target until an evaluation reaches the locomotion J (as the SB3 side stops).
+        summary = train(env=env_id, preset=variant, scheduler=preset["scheduler"], seed=seed, max_rounds=rounds,
+                        target_return=target if stop_at_target else 1e9, stop_at_eval=stop_at_target,
+                        budget_usd=1e6, tracking_uri=tracking_uri,
+                        fragment=int(preset["fragment"]), ppo={**preset["ppo"], **(ppo or {})},
+                        eval_every=eval_every, eval_episodes=eval_episodes if eval_every else None,
+                        experiment=f"benchmark/{env_id}{'-' + variant if variant else ''}-vs-sb3")
     wall = time.perf_counter() - started
     evals = train_evals(summary, tracking_uri, called_at) if eval_every else []
     eval_s = eval_seconds(summary, tracking_uri) if eval_every else 0.0

@@ -1,5 +1,7 @@
-"""Issue 34's server-side profile: how fast a Prefect server records task runs, the floor under a
-round's orchestration on a stock server.
+"""Issue 34's server-side profile: how fast a Prefect server records task runs that arrive one
+at a time. If its rate were the floor under a stock server's round, the round could not beat it;
+measured on 2026-12-04 it was not (BENCHMARKS.md "Which Prefect server": the stock SQLite
+recorder kept up), so a round's 2 s there is contention with the round's own calls.
 
 In Prefect 3 a task run reaches the server only as events (its Pending, Running and Completed
 states) that the server's task-run recorder writes to the database; a stock `prefect server

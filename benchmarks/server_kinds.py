@@ -30,7 +30,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,16 +37,10 @@ ROOT = Path(__file__).resolve().parents[1]
 KINDS = ("temporary", "stock-sqlite", "stock-postgres", "stock-postgres-rtt")
 
 
-def _healthy(api_url: str) -> bool:
-    with contextlib.suppress(OSError):
-        with urllib.request.urlopen(f"{api_url}/health", timeout=2) as r:
-            return r.status == 200
-    return False
-
-
 @contextlib.contextmanager
 def stock_server(home: Path, database_url: str | None, timeout_s: float = 180) -> Iterator[str]:
     """`prefect server start` on 127.0.0.1, as a user runs it; yields its API URL."""
+    from deployments.local_api import _healthy
     from deployments.local_stack import free_port, kill_tree
 
     port = free_port()
