@@ -32,10 +32,15 @@ def measure(actors: int, rounds: int, fragment: int, tracking_uri: str) -> dict:
     summary = train(env="CartPole-v1", scheduler=f"fixed:{actors}", max_rounds=rounds,
                     fragment=fragment, target_return=1e9, budget_usd=100.0, seed=0,
                     tracking_uri=tracking_uri, experiment="benchmark/round-overhead")
+    return round_figures(tracking_uri, summary.run_id, actors)
+
+
+def round_figures(tracking_uri: str, run_id: str, actors: int) -> dict:
+    """A train run's per-round medians from MLflow, rounds 1.. (round 0 holds first-call warm-up)."""
     client = MlflowClient(tracking_uri)
 
     def series(key: str) -> list[float]:
-        hist = sorted(client.get_metric_history(summary.run_id, key), key=lambda m: m.step)
+        hist = sorted(client.get_metric_history(run_id, key), key=lambda m: m.step)
         return [m.value for m in hist][1:]
 
     wall, over = series("time/round_wall_s"), series("time/orchestration_s")
@@ -89,6 +94,8 @@ def main() -> None:
     parser.add_argument("--json", help="also write the rows here")
     parser.add_argument("--api-url", help="run against this Prefect API (a user's `prefect server start`, a "
                                           "PostgreSQL-backed or a remote one) instead of a temporary one")
+    parser.add_argument("--calls", action="store_true",
+                        help="also time every API call and give the per-call profile of a round (benchmarks/api_calls.py)")
     parser.add_argument("--rtt-ms", type=float, default=0.0,
                         help="with --api-url: reach it through a local proxy that adds this round-trip time "
                              "(benchmarks/rtt_proxy.py; a remote server, issue 34)")
@@ -123,9 +130,19 @@ def delayed_api(api_url: str, rtt_ms: float):
     return proxied()
 
 
+def print_calls(profile: dict) -> None:
+    print(f"\nAPI calls of {profile['rounds']} middle rounds (client side; busy 503s a round: "
+          f"{profile.get('busy_503_per_round', 0):.1f}; API time a round {profile.get('api_s_per_round', 0):.3f} s)")
+    print("| call | per round | median ms |\n|---|---|---|")
+    for c in profile["calls"]:
+        print(f"| {c['call']} | {c['per_round']:.1f} | {c['median_ms']:.1f} |")
+
+
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     import json
     import os
+
+    from benchmarks.api_calls import per_round, record
 
     if args.api_url:
         os.environ["PREFECT_API_URL"] = args.api_url
@@ -140,11 +157,17 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
 
         quiet_console()  # the console as `python -m flows.train` has it (round chatter goes only to the API)
         uri = default_tracking_uri()
+        calls = record() if args.calls else None
         with prefect_api(database=args.database[0]):
             served_by = args.api_url or os.environ.get("PREFECT_API_URL") or f"temporary ({args.database[0]})"
             served_by += f" +{args.rtt_ms:g} ms RTT" if args.rtt_ms else ""
-            rows = [measure(n, args.rounds, args.fragment, uri) | {"database": served_by}
-                    for n in args.actors]
+            rows = []
+            for n in args.actors:
+                first = len(calls) if calls is not None else 0
+                rows.append(measure(n, args.rounds, args.fragment, uri) | {"database": served_by})
+                if calls is not None:
+                    rows[-1]["calls"] = per_round(calls[first:])
+                    print_calls(rows[-1]["calls"])
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

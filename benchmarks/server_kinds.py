@@ -9,12 +9,13 @@ Kinds (each from an empty database, its own PREFECT_HOME):
 - `stock-postgres-rtt`: the stock PostgreSQL server reached through a proxy that adds --rtt-ms of
   round trip (benchmarks/rtt_proxy.py): a remote server.
 
-Each (repeat, kind) runs benchmarks/round_overhead.py in a child process (CartPole-v1 Fixed(N),
+Each (repeat, kind) runs benchmarks/round_overhead.py --calls in a child process (CartPole-v1 Fixed(N),
 the same definition of orchestration for every server: the round's wall less the union of the
 actors' busy intervals and the learner's update), interleaved kind by kind so that a drift in
 the machine's speed falls on all; the table gives medians over the repeats and the issue's goals:
 PostgreSQL within 1.5x of the temporary API, SQLite under 0.4 s a round, the remote server under
-4 round trips + 0.15 s.
+4 round trips + 0.15 s; then, for each kind, the per-call profile of its median run
+(benchmarks/api_calls.py: every API call of a round, timed on the client).
 
     .venv/bin/python -m benchmarks.server_kinds --actors 8 --rounds 10 --repeats 3
 """
@@ -70,7 +71,7 @@ def measure(kind: str, args: argparse.Namespace, tmp: Path, tag: str) -> dict:
     """One round_overhead child run on a fresh server of this kind."""
     out, home = tmp / f"{tag}.json", tmp / f"{tag}-home"
     command = [sys.executable, "-m", "benchmarks.round_overhead", "--actors", str(args.actors),
-               "--rounds", str(args.rounds), "--json", str(out)]
+               "--rounds", str(args.rounds), "--json", str(out), "--calls"]
     env = {**os.environ, "PREFECT_HOME": str(home)}
     env.pop("PREFECT_API_URL", None)
     with contextlib.ExitStack() as stack:
@@ -123,6 +124,12 @@ def main(argv: list[str] | None = None) -> None:
     print("| server | orchestration per round (s) | round wall (s) | goal |\n|---|---|---|---|")
     for k in args.kinds:
         print(f"| {k} | {med[k]:.3f} | {wall[k]:.3f} | {goal(k, med[k], reference, args.rtt_ms / 1000)} |")
+    from benchmarks.round_overhead import print_calls
+
+    for k in args.kinds:  # where the time goes: the per-call profile of the median run of each kind
+        runs = sorted((r for r in rows if r["kind"] == k), key=lambda r: r["overhead_s"])
+        print(f"\n**{k}** (the median run)")
+        print_calls(runs[len(runs) // 2]["calls"])
 
 
 if __name__ == "__main__":

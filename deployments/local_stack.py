@@ -89,9 +89,10 @@ class PrefectStack:
     """Server + pool + worker, with the environment that every client of it needs."""
 
     def __init__(self, tmp: Path, mlflow_uri: str | None = None, port: int | None = None,
-                 database_url: str | None = None):
+                 database_url: str | None = None, stock: bool = False):
         self.tmp = tmp
         self.database_url = database_url  # None: SQLite in PREFECT_HOME
+        self.stock = stock  # `prefect server start` as a user runs it, nothing patched
         self.port = port or free_port()
         self.api_url = f"http://127.0.0.1:{self.port}/api"
         self.home = tmp / "prefect_home"
@@ -133,8 +134,12 @@ class PrefectStack:
         env = dict(self.env)  # only the server gets the database URL (and its password)
         if self.database_url:
             env["PREFECT_SERVER_DATABASE_CONNECTION_URL"] = self.database_url
-        server = self._spawn("server", sys.executable, "-m", "deployments.local_api", "--port",
-                             str(self.port), "--all-services", "--ui", env=env)
+        if self.stock:
+            server = self._spawn("server", str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1",
+                                 "--port", str(self.port), env=env)
+        else:
+            server = self._spawn("server", sys.executable, "-m", "deployments.local_api", "--port",
+                                 str(self.port), "--all-services", "--ui", env=env)
         deadline = time.monotonic() + timeout_s
         while True:
             with contextlib.suppress(OSError):
@@ -201,17 +206,19 @@ class PrefectStack:
 @contextlib.contextmanager
 def prefect_stack(tmp: Path, mlflow_uri: str | None = None, deploy: bool = True,
                   port: int | None = None, worker_limit: int | None = None,
-                  database: str | None = None, deployments: tuple[str, ...] = ()) -> Iterator[PrefectStack]:
+                  database: str | None = None, deployments: tuple[str, ...] = (),
+                  stock: bool = False) -> Iterator[PrefectStack]:
     """database: "sqlite" (PREFECT_HOME/prefect.db) or "postgres" (a throwaway cluster);
     None: $MINIONSRL_PREFECT_DATABASE, else sqlite. deployments: deploy only these (with
-    deploy=True), e.g. ACTOR_DEPLOYMENTS for the work-pool backend alone; () deploys all."""
+    deploy=True), e.g. ACTOR_DEPLOYMENTS for the work-pool backend alone; () deploys all.
+    stock: the server is `prefect server start`, unpatched (a user's; benchmarks/deployment_rounds.py)."""
     with contextlib.ExitStack() as cleanup:
         url = None
         if database_choice(database) == "postgres":
             from deployments.postgres import temporary_postgres
 
             url = cleanup.enter_context(temporary_postgres())  # stopped after the server
-        stack = PrefectStack(Path(tmp), mlflow_uri, port, database_url=url)
+        stack = PrefectStack(Path(tmp), mlflow_uri, port, database_url=url, stock=stock)
         cleanup.callback(stack.stop)
         stack.start_server()
         stack.create_pool()

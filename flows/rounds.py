@@ -13,6 +13,7 @@ from prefect import flow, get_run_logger, unmapped
 from prefect.settings import PREFECT_API_URL, PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
 from flows import interrupts
+from flows.prefect_patches import lean_subflow
 from flows.prefect_patches.lean_subflow import lean_start
 from flows.prefect_patches.shared_task_runner import SharedThreadPoolTaskRunner, results_of
 from flows.tracking import RunTracker
@@ -70,7 +71,12 @@ def round_flow(session: TrainingSession, backend: ActorBackend, journal: RoundJo
         stats["time/round_body_s"] = time.perf_counter() - body_started
         return batches, [f.billed_s for f in failures], stats
 
-    return lean_start(train_round)  # 5 API calls to start a round instead of 8 (flows/prefect_patches/lean_subflow.py)
+    return lean_start(train_round)  # 3 API calls a round instead of 8 (flows/prefect_patches/lean_subflow.py)
+
+
+def _record_round_states(logger) -> None:
+    for problem in lean_subflow.flush():
+        logger.warning("%s", problem)
 
 
 def run_rounds(session: TrainingSession, backend: ActorBackend, tracker: RunTracker, ckpt_path: Path,
@@ -88,6 +94,7 @@ def run_rounds(session: TrainingSession, backend: ActorBackend, tracker: RunTrac
     # thread sleeps in 1 s steps before join). The parent `train` run keeps its own.
     with contextlib.ExitStack() as stack:
         stack.callback(task_runner.close)
+        stack.callback(_record_round_states, logger)  # the rounds' Completed states, sent in the background
         stack.enter_context(temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}))
         # a Ctrl-C closes the backend (the round in flight ends) and is raised at the loop's checks
         stack.enter_context(interrupts.deferred(abandon=backend.close))

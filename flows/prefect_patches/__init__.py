@@ -9,7 +9,8 @@ calls `sqlite_server.install()`. A user's own Prefect server is never patched.
 |---|---|---|---|
 | heartbeats | client | a sync flow's exit joins a heartbeat thread that sleeps in 1 s steps | 0-1 s at every flow exit |
 | tls_context | client | every API client loads the whole CA bundle | ~25 ms per client; a subflow 147 -> 117 ms |
-| lean_subflow | client | a subflow run is created with 8 API calls | 3 calls a round (8 -> 5) |
+| lean_subflow | client | a subflow run is run with 8 API calls | 5 calls a round (8 -> 3) |
+| quick_retry | client | a stock SQLite server's busy 503 is retried after ~2 s | see "Which Prefect server" |
 | shared_task_runner | client | each round's task runner starts and joins its own threads | 30-60 ms a round; results_of ~18 ms a round |
 | sqlite_server | our server | DEFERRED SQLite writes fail at once under the task-run recorder; the request limiter counts websockets | a 2.4 s retry per subflow; an API hung by 100+ websockets |
 """
@@ -43,8 +44,9 @@ def check_prefect(patch: str, shape_ok: bool = True, installed: str | None = Non
 
 def install() -> None:
     """The client patches, once per process (idempotent); every entry point calls this first."""
-    from flows.prefect_patches import heartbeats, lean_subflow, tls_context
+    from flows.prefect_patches import heartbeats, lean_subflow, quick_retry, tls_context
 
     heartbeats.install()
     tls_context.install()
     lean_subflow.install()
+    quick_retry.install()
