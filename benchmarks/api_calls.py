@@ -71,10 +71,12 @@ def record() -> list[Call]:
 
 def per_round(calls: list[Call]) -> dict:
     """The middle rounds' calls: per call kind, how many a round and the median ms; busy 503s."""
-    def retried(i: int) -> bool:  # the same POST again after a busy 503: not a new round
-        return i > 0 and (calls[i - 1].method, calls[i - 1].path) == ROUND_START and calls[i - 1].status == 503
-
-    starts = [i for i, c in enumerate(calls) if (c.method, c.path) == ROUND_START and not retried(i)]
+    starts, last_start = [], None  # a POST again after its busy 503 is the same round's
+    for i, c in enumerate(calls):
+        if (c.method, c.path) == ROUND_START:
+            if last_start is None or last_start.status != 503:
+                starts.append(i)
+            last_start = c
     rounds = [calls[a:b] for a, b in zip(starts, starts[1:], strict=False)][1:]  # drop round 0
     if not rounds:
         return {"rounds": 0, "calls": []}

@@ -7,9 +7,10 @@ Needs Debian's Chromium (`apt-get install -y chromium`); not part of the test su
 browser). For each of the project's servers that serve the UI: the temporary API with
 MINIONSRL_PREFECT_UI=1 (`python -m flows.train`'s, on request) and the local stack
 (deployments/local_stack.py), it runs a 3-round CartPole-v1 Fixed(2) training against it, then
-renders the `train` flow run's page on its "Subflow Runs" tab in headless Chromium and checks
-the rendered page names every round subflow (round-0-x2 ... round-2-x2); a screenshot of each
-page goes to --out. Exit status 1 when a page lacks a round.
+opens the `train` flow run's page in headless Chromium, clicks its "Subflow Runs" tab (over the
+DevTools protocol) and checks the page then lists every round subflow (round-0-x2 ...
+round-2-x2); a screenshot of each page (the rounds on the run's timeline) goes to --out. Exit
+status 1 when a page lacks a round.
 """
 
 from __future__ import annotations
@@ -27,12 +28,65 @@ ROOT = Path(__file__).resolve().parents[1]
 ROUNDS = 3
 
 
-def rendered(browser: str, url: str, wait_ms: int = 20000) -> str:
-    """The page's DOM after `wait_ms` of virtual time (the single-page app rendered)."""
-    return subprocess.run([browser, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                           "--no-first-run", "--disable-background-networking", "--disable-component-update",
-                           "--disable-sync", f"--window-size={WINDOW}", f"--virtual-time-budget={wait_ms}",
-                           "--dump-dom", url], check=True, capture_output=True, text=True, timeout=180).stdout
+def shown_after_click(browser: str, url: str, tab: str, timeout_s: float = 60.0) -> str:
+    """The page's visible text after clicking its `tab`, in headless Chromium driven over the
+    DevTools protocol (a page loaded, then a click as a person makes it)."""
+    import json
+    import time
+    import urllib.request
+
+    from websockets.sync.client import connect
+
+    from deployments.local_stack import free_port
+
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="minionsrl-chromium-") as profile:
+        chrome = subprocess.Popen([browser, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                                   "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                                   "--disable-sync", f"--user-data-dir={profile}", f"--window-size={WINDOW}",
+                                   f"--remote-debugging-port={port}", url],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + timeout_s
+            while True:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/json", timeout=2) as reply:
+                        pages = [t for t in json.loads(reply.read())
+                                 if t.get("type") == "page" and t.get("url", "").startswith(url)]
+                    if pages:
+                        break
+                except OSError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError("Chromium's DevTools did not answer")
+                time.sleep(0.3)
+            with connect(pages[0]["webSocketDebuggerUrl"], max_size=None) as ws:
+                calls = iter(range(1, 10_000))
+
+                def evaluate(expression: str):
+                    ident = next(calls)
+                    ws.send(json.dumps({"id": ident, "method": "Runtime.evaluate",
+                                        "params": {"expression": expression, "returnByValue": True}}))
+                    while (message := json.loads(ws.recv(timeout=timeout_s))).get("id") != ident:
+                        pass
+                    return message["result"]["result"].get("value")
+
+                click = ("(() => { const found = document.evaluate("  # the innermost element whose text is the label
+                         f"\"//*[normalize-space(.)='{tab}']\", document, null, "
+                         "XPathResult.ORDERED_NODE_SNAPSHOT_TYPE, null); if (!found.snapshotLength) return false; "
+                         "found.snapshotItem(found.snapshotLength - 1).click(); return true; })()")
+                while not evaluate(click):  # the page has loaded once the tab exists
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"no {tab!r} tab on {url}: " + (evaluate("document.body.innerText") or "")[:600])
+                    time.sleep(0.5)
+                text = ""
+                while time.monotonic() < deadline and "round-" not in text:
+                    time.sleep(1.0)
+                    text = evaluate("document.body.innerText") or ""
+                return text
+        finally:
+            chrome.kill()
+            chrome.wait(timeout=30)
 
 
 def train_against(api_url: str | None, env: dict[str, str], tmp: Path) -> tuple[str, str]:
@@ -55,11 +109,11 @@ def train_against(api_url: str | None, env: dict[str, str], tmp: Path) -> tuple[
 
 
 def check(name: str, browser: str, base: str, flow_run_id: str, out: Path) -> bool:
-    url = f"{base}/runs/flow-run/{flow_run_id}?tab=Subflow%20Runs"
-    page = rendered(browser, url)
+    url = f"{base}/runs/flow-run/{flow_run_id}"
+    page = shown_after_click(browser, url, "Subflow Runs")
     missing = [f"round-{k}-x2" for k in range(ROUNDS) if f"round-{k}-x2" not in page]
-    screenshot(browser, url, out / f"prefect_subflows_{name}.png")
-    print(f"{name}: {url}: {'every round subflow shown' if not missing else f'MISSING {missing}'}")
+    screenshot(browser, url, out / f"prefect_flow_run_{name}.png")  # the rounds on the run's timeline
+    print(f"{name}: {url}, tab Subflow Runs: {'every round subflow listed' if not missing else f'MISSING {missing}'}")
     return not missing
 
 

@@ -127,6 +127,9 @@ def serve(port: int, all_services: bool = False, ui: bool = False) -> None:
     """
     if ui:
         os.environ["PREFECT_UI_ENABLED"] = "1"
+        # the UI's pages call this server: without it they call Prefect's default 127.0.0.1:4200
+        # (unless PREFECT_API_URL names this server), found by benchmarks/ui_check.py
+        os.environ.setdefault("PREFECT_UI_API_URL", f"http://127.0.0.1:{port}/api")
     for name, value in SERVER_DEFAULTS.items():  # before Prefect reads its settings
         os.environ.setdefault(name, value)
     import uvicorn

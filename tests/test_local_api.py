@@ -151,7 +151,8 @@ def test_three_servers_started_at_once_on_a_new_database_all_come_up(tmp_path):
 def test_on_request_the_temporary_api_serves_prefects_ui(tmp_path):
     """MINIONSRL_PREFECT_UI=1: the UI's pages answer at the server's root (a flow-run page is the UI's
     app, not the API's {"detail": "Not Found"}), and its address is printed. What the page shows
-    needs a browser, which this machine lacks: checked by hand and in the screenshots script."""
+    needs a browser: benchmarks/ui_check.py clicks through it in headless Chromium."""
+    import json
     import os
     import subprocess
     import sys
@@ -171,6 +172,9 @@ def test_on_request_the_temporary_api_serves_prefects_ui(tmp_path):
             with urllib.request.urlopen(as_a_browser, timeout=30) as reply:
                 body = reply.read().decode()
             assert reply.status == 200 and "<title>Prefect" in body and "Not Found" not in body, (page, body[:200])
+        # the pages call the API the UI's settings name: this server's, not Prefect's default :4200
+        with urllib.request.urlopen(f"{base}/ui-settings", timeout=30) as reply:
+            assert json.loads(reply.read())["api_url"] == url
     finally:
         starter.kill()
         _, printed = starter.communicate(timeout=30)
