@@ -1,9 +1,10 @@
 """The warning a user gets when the Prefect server, not the training, sets the pace (issue 34).
 
-A stock `prefect server start` on SQLite records every task run's events in its own SQLite
-transactions while the round's own API calls wait: about 2 s of orchestration a round where the
-project's temporary API takes 0.1-0.2 s (BENCHMARKS.md). The client cannot tell a server's
-database from outside, so the warning is measured: the first round after the warm-up whose
+A round takes 0.14-0.2 s of orchestration on the project's temporary API or a nearby Prefect
+server (SQLite or PostgreSQL, BENCHMARKS.md "Which Prefect server"); a distant server adds its
+round trips, an overloaded one its queue (a stock SQLite server took ~2 s a round until the
+client retried its busy answers quickly: flows/prefect_patches/quick_retry.py). The client
+cannot tell a server's state from outside, so the warning is measured: the first round after the warm-up whose
 orchestration is both long and most of the round names the faster choices, once per run.
 """
 
@@ -33,7 +34,6 @@ def slow_server_warning(round_index: int, orchestration_s: float, cycle_wall_s: 
     if orchestration_s < SLOW_ROUND_ORCHESTRATION_S or orchestration_s < 0.5 * cycle_wall_s:
         return None
     return (f"orchestration took {orchestration_s:.2f} s of round {round_index}'s {cycle_wall_s:.2f} s: the Prefect "
-            f"server at {api_url or 'PREFECT_API_URL'} sets the pace (a stock `prefect server start` on SQLite "
-            "records task runs slowly, ~2 s a round; a distant one adds its round trips to each API call); faster: "
-            "the project's temporary API (unset PREFECT_API_URL) or a nearby Prefect server on PostgreSQL "
-            "(README, 'Which Prefect server')")
+            f"server at {api_url or 'PREFECT_API_URL'} sets the pace (a distant server adds its round trips to "
+            "each API call, a busy one its queue); faster: the project's temporary API (unset PREFECT_API_URL) "
+            "or a nearby Prefect server on PostgreSQL (README, 'Which Prefect server')")

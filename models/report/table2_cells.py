@@ -1,0 +1,108 @@
+"""The cells of a Table 2 experiment (issue 35): one (workload, system, seed) training each, with
+a cache key of the code and the settings that ran it, so that a re-run skips every cell already
+finished with the same code and settings and reruns the others.
+
+A cell's key is sha256 over the code fingerprint (every source file of the layers that decide a
+training's result: models/, flows/, tasks/) and the cell's settings as canonical JSON (sorted
+keys; the paths a run writes to left out by the caller). Either changing makes a new key, so a
+cached cell is never reported for code or settings it did not run with. `--only` picks a subset:
+each filter is `field=value[,field=value...]` over workload, system and seed (all of one filter
+must match; any filter may). Pure: no Prefect, no MLflow.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from models.errors import ConfigError
+
+CODE_LAYERS = ("models", "flows", "tasks")
+"""The source folders whose code decides a training's result (deployments/ only starts servers)."""
+
+CELL_FIELDS = ("workload", "system", "seed")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One training of a Table 2: a system on a workload at a seed."""
+
+    workload: str
+    """The workload's name: env id, and `-<preset variant>` when it has one (Hopper-v5-locomotion)."""
+    system: str
+    """The row: learned, fixed:N, max, adapt, increase, decrease, server cluster, impact."""
+    seed: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.workload} / {self.system} / seed {self.seed}"
+
+
+def code_fingerprint(root: Path, layers: Sequence[str] = CODE_LAYERS) -> str:
+    """sha256 over every .py, .toml and .json file under root/<layer> (path and bytes, in sorted order)."""
+    digest = hashlib.sha256()
+    for layer in layers:
+        for path in sorted(p for p in (root / layer).rglob("*") if p.suffix in {".py", ".toml", ".json"}):
+            if "__pycache__" in path.parts:
+                continue
+            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def cell_key(cell: Cell, code: str, settings: Mapping[str, object]) -> str:
+    """The cache key of a cell run with `code` (a fingerprint) and `settings` (JSON-able)."""
+    payload = json.dumps({"cell": [cell.workload, cell.system, cell.seed], "code": code, "settings": settings},
+                         sort_keys=True, separators=(",", ":"), default=_refuse)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def _refuse(value: object) -> object:
+    raise ConfigError(f"a cell's settings must be JSON (numbers, strings, lists, objects): got {type(value).__name__}")
+
+
+def plan_cells(workloads: Sequence[str], systems: Sequence[str], seeds: Mapping[str, Sequence[int]]) -> list[Cell]:
+    """Every (workload, system, seed) in order: workload by workload, seed by seed, system by system
+    (a seed's rows run together, so an interrupted table has whole seeds to compare)."""
+    missing = [w for w in workloads if not seeds.get(w)]
+    if missing:
+        raise ConfigError(f"no seeds given for {missing}")
+    duplicated = sorted({s for s in systems if list(systems).count(s) > 1})
+    if duplicated:
+        raise ConfigError(f"systems named twice: {duplicated}")
+    return [Cell(w, s, seed) for w in workloads for seed in seeds[w] for s in systems]
+
+
+def parse_only(filters: Iterable[str]) -> list[dict[str, str]]:
+    """`--only` filters as field -> value dicts; a ConfigError names a malformed one."""
+    parsed = []
+    for text in filters:
+        fields: dict[str, str] = {}
+        for part in text.split(","):
+            name, sep, value = part.partition("=")
+            name, value = name.strip(), value.strip()
+            if not sep or name not in CELL_FIELDS or not value:
+                raise ConfigError(f"--only {text!r}: each part is field=value with field one of {CELL_FIELDS}")
+            if name in fields:
+                raise ConfigError(f"--only {text!r}: {name} given twice (give two filters to take either)")
+            fields[name] = value
+        parsed.append(fields)
+    return parsed
+
+
+def select(cells: Sequence[Cell], only: Iterable[str]) -> list[Cell]:
+    """The cells any filter matches (all when there is none); a filter that matches no cell is a
+    ConfigError (a typo would otherwise run nothing and say nothing)."""
+    filters = parse_only(only)
+    if not filters:
+        return list(cells)
+
+    def matches(cell: Cell, f: dict[str, str]) -> bool:
+        return all(str(getattr(cell, name)) == value for name, value in f.items())
+
+    for f in filters:
+        if not any(matches(c, f) for c in cells):
+            raise ConfigError(f"--only {f} matches no cell of this table")
+    return [c for c in cells if any(matches(c, f) for f in filters)]

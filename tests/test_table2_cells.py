@@ -1,0 +1,63 @@
+"""models/report/table2_cells.py: a Table 2's cells, their cache keys and `--only`."""
+
+from __future__ import annotations
+
+import pytest
+
+from models.errors import ConfigError
+from models.report.table2_cells import Cell, cell_key, code_fingerprint, plan_cells, select
+
+CELLS = plan_cells(["CartPole-v1", "Hopper-v5-locomotion"], ["learned", "max", "impact"],
+                   {"CartPole-v1": [100, 101], "Hopper-v5-locomotion": [100]})
+
+
+def test_cells_run_seed_by_seed_with_every_system_of_a_seed_together():
+    assert len(CELLS) == 9
+    assert CELLS[:4] == [Cell("CartPole-v1", "learned", 100), Cell("CartPole-v1", "max", 100),
+                         Cell("CartPole-v1", "impact", 100), Cell("CartPole-v1", "learned", 101)]
+    assert CELLS[-1].label == "Hopper-v5-locomotion / impact / seed 100"
+
+
+def test_the_cache_key_changes_with_the_code_and_the_settings_and_only_with_them():
+    cell = Cell("CartPole-v1", "max", 100)
+    key = cell_key(cell, "code-a", {"i_max": 32, "ppo": {"lr": 3e-4, "epochs": 10}})
+    assert key == cell_key(cell, "code-a", {"ppo": {"epochs": 10, "lr": 3e-4}, "i_max": 32})  # order: same
+    assert key != cell_key(cell, "code-b", {"i_max": 32, "ppo": {"lr": 3e-4, "epochs": 10}})
+    assert key != cell_key(cell, "code-a", {"i_max": 32, "ppo": {"lr": 1e-3, "epochs": 10}})
+    assert key != cell_key(Cell("CartPole-v1", "max", 101), "code-a", {"i_max": 32, "ppo": {"lr": 3e-4, "epochs": 10}})
+    with pytest.raises(ConfigError, match="JSON"):
+        cell_key(cell, "code-a", {"when": object()})
+
+
+def test_the_code_fingerprint_follows_every_source_file(tmp_path):
+    (tmp_path / "models").mkdir()
+    (tmp_path / "flows").mkdir()
+    (tmp_path / "models" / "ppo.py").write_text("LR = 3e-4\n")
+    (tmp_path / "flows" / "notes.md").write_text("not code\n")
+    first = code_fingerprint(tmp_path, ("models", "flows"))
+    (tmp_path / "flows" / "notes.md").write_text("changed, still not code\n")
+    assert code_fingerprint(tmp_path, ("models", "flows")) == first
+    (tmp_path / "models" / "ppo.py").write_text("LR = 1e-3\n")
+    assert code_fingerprint(tmp_path, ("models", "flows")) != first
+
+
+def test_only_takes_any_filter_and_all_parts_of_one():
+    assert select(CELLS, []) == CELLS
+    assert select(CELLS, ["system=max"]) == [c for c in CELLS if c.system == "max"]
+    assert select(CELLS, ["workload=CartPole-v1,seed=101"]) == [c for c in CELLS if c.seed == 101]
+    both = select(CELLS, ["system=impact,workload=Hopper-v5-locomotion", "system=learned,seed=101"])
+    assert both == [Cell("CartPole-v1", "learned", 101), Cell("Hopper-v5-locomotion", "impact", 100)]
+
+
+@pytest.mark.parametrize("bad, says", [("system", "field=value"), ("colour=red", "field=value"),
+                                       ("seed=100,seed=101", "twice"), ("system=maxx", "matches no cell")])
+def test_a_bad_only_is_refused_before_anything_runs(bad, says):
+    with pytest.raises(ConfigError, match=says):
+        select(CELLS, [bad])
+
+
+def test_a_plan_without_seeds_for_a_workload_or_with_a_system_twice_is_refused():
+    with pytest.raises(ConfigError, match="no seeds"):
+        plan_cells(["CartPole-v1", "Hopper-v5"], ["max"], {"CartPole-v1": [100]})
+    with pytest.raises(ConfigError, match="twice"):
+        plan_cells(["CartPole-v1"], ["max", "max"], {"CartPole-v1": [100]})
