@@ -74,9 +74,14 @@ def round_flow(session: TrainingSession, backend: ActorBackend, journal: RoundJo
     return lean_start(train_round)  # 3 API calls a round instead of 8 (flows/prefect_patches/lean_subflow.py)
 
 
-def _record_round_states(logger) -> None:
-    for problem in lean_subflow.flush():
-        logger.warning("%s", problem)
+def _record_round_states(logger):
+    """An exit callback: wait for the rounds' Completed states (briefly when the loop was stopped
+    by an exception, a Ctrl-C among them: an unreachable API must not hold the user a minute)."""
+    def record(exc_type, exc, tb) -> bool:
+        for problem in lean_subflow.flush(timeout_s=5.0 if exc_type is not None else 60.0):
+            logger.warning("%s", problem)
+        return False
+    return record
 
 
 def run_rounds(session: TrainingSession, backend: ActorBackend, tracker: RunTracker, ckpt_path: Path,
@@ -94,7 +99,7 @@ def run_rounds(session: TrainingSession, backend: ActorBackend, tracker: RunTrac
     # thread sleeps in 1 s steps before join). The parent `train` run keeps its own.
     with contextlib.ExitStack() as stack:
         stack.callback(task_runner.close)
-        stack.callback(_record_round_states, logger)  # the rounds' Completed states, sent in the background
+        stack.push(_record_round_states(logger))  # the rounds' Completed states, sent in the background
         stack.enter_context(temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}))
         # a Ctrl-C closes the backend (the round in flight ends) and is raised at the loop's checks
         stack.enter_context(interrupts.deferred(abandon=backend.close))

@@ -107,7 +107,9 @@ def test_with_one_actor_the_executor_matches_a_real_run_in_time_and_policy_lag()
     for _ in range(2):
         real.append(_run(ImpactActorPool))
         virtual.append(_run(VirtualImpactActorPool))
-    real_s, virtual_s = np.mean([t for t, _ in real]), np.mean([t for t, _ in virtual])
+    # the faster run of each: other work on the machine only adds time (in a full suite a real
+    # run took 6.4 s beside one of 4.7 s while other tests' processes were exiting)
+    real_s, virtual_s = min(t for t, _ in real), min(t for t, _ in virtual)
     assert abs(virtual_s / real_s - 1) <= 0.15, (real, virtual)
     real_lags = np.concatenate([lags for _, lags in real])
     virtual_lags = np.concatenate([lags for _, lags in virtual])

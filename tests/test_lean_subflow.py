@@ -195,3 +195,15 @@ def test_the_cached_flow_id_is_asked_again_when_the_flow_was_deleted(prefect_api
         runs = client.read_flow_runs(flow_filter=FlowFilter(name={"any_": [name]}))
     assert new.id != old.id
     assert [r.name for r in runs] == ["round-2"] and runs[0].state.is_completed()
+
+
+def test_a_completed_state_the_api_does_not_take_is_reported_by_flush(prefect_api_url):
+    from types import SimpleNamespace
+
+    from prefect.states import Completed
+
+    lost = SimpleNamespace(flow_run=SimpleNamespace(id=uuid.uuid4(), name="round-9-x1"))  # no such run
+    lean_subflow._complete_later(lost, Completed())
+    (problem,) = lean_subflow.flush(timeout_s=60)
+    assert "'round-9-x1'" in problem and "COMPLETED state was not recorded" in problem
+    assert lean_subflow.flush() == []  # reported once

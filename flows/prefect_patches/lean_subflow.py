@@ -39,9 +39,11 @@ import atexit
 import contextlib
 import contextvars
 import inspect
+import queue
 import threading
+import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -189,7 +191,8 @@ def _answered_locally(engine: Any, wanted: Callable[[Any], bool], answer: Callab
         engine.__dict__.pop("set_state", None)
 
 
-_completer: ThreadPoolExecutor | None = None
+_jobs: queue.SimpleQueue = queue.SimpleQueue()
+_completer: threading.Thread | None = None
 _completer_clients: dict[str, Any] = {}  # API URL -> the completer thread's own client
 _pending: list[tuple[str, str, Future]] = []
 _pending_lock = threading.Lock()
@@ -197,14 +200,28 @@ _pending_lock = threading.Lock()
 
 def _complete_later(engine: Any, state: Any) -> Any:
     """Send a finished round's Completed from a background thread (within the submitter's
-    settings) and go on: the next round's calls overlap it. flush() collects the answers."""
+    settings) and go on: the next round's calls overlap it. flush() collects the answers.
+
+    A daemon thread, not a ThreadPoolExecutor (whose threads the interpreter joins at exit): a
+    process stopped while an unreachable API is retried must not wait out Prefect's retries."""
     global _completer
+    future: Future = Future()
     with _pending_lock:
         if _completer is None:
-            _completer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="minionsrl-subflow-completions")
-        future = _completer.submit(contextvars.copy_context().run, _propose, engine.flow_run.id, state)
+            _completer = threading.Thread(target=_complete_in_order, name="minionsrl-subflow-completions", daemon=True)
+            _completer.start()
         _pending.append((engine.flow_run.name, state.type.value, future))
+    _jobs.put((future, contextvars.copy_context(), engine.flow_run.id, state))
     return state
+
+
+def _complete_in_order() -> None:
+    while True:
+        future, context, flow_run_id, state = _jobs.get()
+        try:
+            future.set_result(context.run(_propose, flow_run_id, state))
+        except BaseException as exc:  # noqa: BLE001 (handed to flush(), which reports it)
+            future.set_exception(exc)
 
 
 def _propose(flow_run_id: UUID, state: Any) -> Any:
@@ -220,14 +237,18 @@ def _propose(flow_run_id: UUID, state: Any) -> Any:
 
 
 def flush(timeout_s: float = 60.0) -> list[str]:
-    """Wait for every Completed sent in the background; returns what went wrong (a state the
-    API did not take, an error), one line each. Call before the parent run ends."""
+    """Wait (at most timeout_s in all) for every Completed sent in the background; returns what
+    went wrong (a state the API did not take, an error, no answer yet), one line each. Call
+    before the parent run ends."""
     with _pending_lock:
         pending, _pending[:] = list(_pending), []
-    problems = []
+    problems, deadline = [], time.monotonic() + timeout_s
     for name, wanted, future in pending:
         try:
-            got = future.result(timeout=timeout_s)
+            got = future.result(timeout=max(deadline - time.monotonic(), 0.0))
+        except TimeoutError:
+            problems.append(f"subflow run {name!r}: its {wanted} state was not answered within {timeout_s:g} s")
+            continue
         except Exception as exc:  # noqa: BLE001 (reported, not raised: the round's work is done)
             problems.append(f"subflow run {name!r}: its {wanted} state was not recorded: {exc!r}")
             continue
