@@ -56,6 +56,9 @@ def round_flow(session: TrainingSession, backend: ActorBackend, journal: RoundJo
         results = results_of(rollout.map(unmapped(backend), jobs, timeout_s=unmapped(cfg.actor_timeout_s),
                                          retries=unmapped(cfg.actor_retries), journal=unmapped(journal)),
                              check=interrupts.check)  # a Ctrl-C abandons the round here
+        # a Ctrl-C closes the pool, and its actors may return as failures before results_of's check
+        # sees it: the user's stop, not a failed round
+        interrupts.check()
         batches = [r for r in results if isinstance(r, RolloutBatch)]
         failures = [r for r in results if isinstance(r, ActorFailure)]
         needed = math.ceil(cfg.quorum * actors)

@@ -185,11 +185,13 @@ def test_the_cached_flow_id_is_asked_again_when_the_flow_was_deleted(prefect_api
         return round_flow(k=k)
 
     assert parent(k=1) == 1
+    assert lean_subflow.flush() == []  # its Completed, sent in the background
     with get_client(sync_client=True) as client:
         (old,) = client.read_flows(flow_filter=FlowFilter(name={"any_": [name]}))
         client.delete_flow(old.id)
     time.sleep(0.1)
     assert parent(k=2) == 2
+    assert lean_subflow.flush() == []
     with get_client(sync_client=True) as client:
         (new,) = client.read_flows(flow_filter=FlowFilter(name={"any_": [name]}))
         runs = client.read_flow_runs(flow_filter=FlowFilter(name={"any_": [name]}))
