@@ -21,7 +21,8 @@ def test_the_files_hold_the_deployments_users_trigger():
                    "flows/scheduler_flows.py:train_scheduler", "flows/scheduler_flows.py:finetune_scheduler",
                    "flows/experiments/compare.py:compare_schedulers", "flows/experiments/motivation.py:motivation",
                    "flows/experiments/actors_curve.py:actors_curve",
-                   "flows/experiments/transfer.py:scheduler_transfer", "flows/impact.py:impact"):
+                   "flows/experiments/transfer.py:scheduler_transfer", "flows/experiments/table2.py:table2",
+                   "flows/impact.py:impact"):
         assert wanted in entrypoints, wanted
 
 

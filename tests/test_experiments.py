@@ -310,6 +310,12 @@ def test_learned_spec_names_the_packaged_scheduler():
      {"experiment": "m", "workload": Workload(env="Acrobot-v1", eval_every=1000)}),
     (["actors-curve", "--learned", "x.pt", "--ppo", '{"learning_rate": 0.001}', "--resume-run-id", "r1"],
      "actors-curve", {"learned": "x.pt", "workload": Workload(ppo={"learning_rate": 0.001}), "resume_run_id": "r1"}),
+    (["table2", "--workloads", "CartPole-v1", "Hopper-v5-locomotion", "--systems", "max", "impact", "--seeds", "100",
+      "--workload-seeds", '{"Hopper-v5-locomotion": [101, 102]}', "--only", "system=max", "seed=101,system=impact",
+      "--learned", "Hopper-v5=hopper-scratch", "--table", "t", "--local-workers", "1"], "table2",
+     {"workloads": ["CartPole-v1", "Hopper-v5-locomotion"], "systems": ["max", "impact"], "seeds": [100],
+      "workload_seeds": {"Hopper-v5-locomotion": [101, 102]}, "only": ["system=max", "seed=101,system=impact"],
+      "learned": {"Hopper-v5": "hopper-scratch"}, "table": "t", "placement": Placement(local_workers=1)}),
 ])
 def test_each_command_runs_its_flow(monkeypatch, capsys, argv, command, expected):
     from flows.experiments import cli
@@ -341,15 +347,17 @@ def test_command_line_refuses_options_its_experiment_cannot_take(capsys, argv, s
     assert says in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("command", [None, "compare", "motivation", "actors-curve", "transfer"])
-def test_help(capsys, command):
+@pytest.mark.parametrize(("command", "shows"), [(None, "compare,motivation,actors-curve,transfer,table2"),
+                                                ("compare", "--target-return"), ("motivation", "--target-return"),
+                                                ("actors-curve", "--target-return"), ("transfer", "--target-return"),
+                                                ("table2", "--workload-settings")])
+def test_help(capsys, command, shows):
     from flows.experiments import cli
 
     with pytest.raises(SystemExit) as stop:
         cli.main(([command] if command else []) + ["--help"])
     assert stop.value.code == 0
-    out = capsys.readouterr().out
-    assert "compare,motivation,actors-curve,transfer" in out if command is None else "--target-return" in out
+    assert shows in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(("entrypoint", "name"), [
@@ -357,6 +365,7 @@ def test_help(capsys, command):
     ("flows/experiments/motivation.py:motivation", "motivation"),
     ("flows/experiments/actors_curve.py:actors_curve", "actors-curve"),
     ("flows/experiments/transfer.py:scheduler_transfer", "scheduler-transfer"),
+    ("flows/experiments/table2.py:table2", "table2"),
 ])
 def test_each_flow_loads_from_its_own_file(monkeypatch, entrypoint, name):
     """What a Prefect deployment's entrypoint names (run from the repository root)."""

@@ -5,7 +5,17 @@ from __future__ import annotations
 import pytest
 
 from models.errors import ConfigError
-from models.report.table2_cells import Cell, cell_key, code_fingerprint, plan_cells, select
+from models.report.table2_cells import (
+    SHIPPED,
+    Cell,
+    cell_key,
+    code_fingerprint,
+    learned_ref,
+    plan_cells,
+    ramp_spec,
+    select,
+    workload_parts,
+)
 
 CELLS = plan_cells(["CartPole-v1", "Hopper-v5-locomotion"], ["learned", "max", "impact"],
                    {"CartPole-v1": [100, 101], "Hopper-v5-locomotion": [100]})
@@ -38,7 +48,10 @@ def test_the_code_fingerprint_follows_every_source_file(tmp_path):
     (tmp_path / "flows" / "notes.md").write_text("changed, still not code\n")
     assert code_fingerprint(tmp_path, ("models", "flows")) == first
     (tmp_path / "models" / "ppo.py").write_text("LR = 1e-3\n")
-    assert code_fingerprint(tmp_path, ("models", "flows")) != first
+    second = code_fingerprint(tmp_path, ("models", "flows"))
+    assert second != first
+    (tmp_path / "models" / "hopper.pt").write_bytes(b"a packaged scheduler")  # its weights decide runs too
+    assert code_fingerprint(tmp_path, ("models", "flows")) != second
 
 
 def test_only_takes_any_filter_and_all_parts_of_one():
@@ -61,3 +74,33 @@ def test_a_plan_without_seeds_for_a_workload_or_with_a_system_twice_is_refused()
         plan_cells(["CartPole-v1", "Hopper-v5"], ["max"], {"CartPole-v1": [100]})
     with pytest.raises(ConfigError, match="twice"):
         plan_cells(["CartPole-v1"], ["max", "max"], {"CartPole-v1": [100]})
+
+
+def test_a_workload_name_carries_its_preset_variant():
+    assert workload_parts("Hopper-v5-locomotion") == ("Hopper-v5", "locomotion")
+    assert workload_parts("CartPole-v1") == ("CartPole-v1", None)
+    assert workload_parts("-locomotion") == ("-locomotion", None)  # no env before it: left to the env check
+
+
+def test_each_workload_gets_its_own_learned_scheduler_unless_told():
+    assert learned_ref("Hopper-v5", {}) == "hopper"
+    assert learned_ref("CartPole-v1", {}) == SHIPPED
+    assert learned_ref("Humanoid-v5", {}) == SHIPPED  # none of its own: the CartPole one, transferred
+    assert learned_ref("Hopper-v5", {"Hopper-v5": "hopper-scratch"}) == "hopper-scratch"
+
+
+@pytest.mark.parametrize(("system", "rounds", "spec"), [
+    ("increase", 60, "increase:8:1:6"), ("decrease", 488, "decrease:8:1:49"), ("increase", 5, "increase:8:1:1")])
+def test_the_ramps_span_ten_steps_of_the_workloads_rounds(system, rounds, spec):
+    assert ramp_spec(system, rounds) == spec
+    from models.scheduling.schedulers import RoundState, make_scheduler
+
+    ramp = make_scheduler(spec, 32, rounds, 100.0)
+    counts = [ramp.choose(RoundState(k, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0)) for k in range(rounds)]
+    assert min(counts) >= 3 and max(counts) <= 13  # 8 -+ 4.5, clipped to whole actors
+    assert (counts[0] < counts[-1]) == (system == "increase") or rounds < 10
+
+
+def test_a_ramp_is_only_increase_or_decrease():
+    with pytest.raises(ConfigError, match="ramps"):
+        ramp_spec("max", 60)

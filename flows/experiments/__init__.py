@@ -10,17 +10,19 @@ Each ends with a plot saved as an MLflow artifact (plots/<name>.png) and as Pref
     python -m flows.experiments actors-curve                  # the learned scheduler's I_k
     python -m flows.experiments transfer --env Acrobot-v1     # fine-tune the packaged CartPole
                                                               # scheduler vs from scratch, 10 episodes each
+    python -m flows.experiments table2                        # Table 2 over workloads x systems x seeds, cached
 
 - common.py: the `Experiment` context (parent MLflow run, nested `train` runs, publishing), plots
 - compare.py `compare_schedulers`, motivation.py `motivation`, actors_curve.py `actors_curve`,
-  transfer.py `scheduler_transfer`: the flows (Prefect entrypoints `flows/experiments/<module>.py:<flow>`)
+  transfer.py `scheduler_transfer`, table2.py `table2`: the flows (Prefect entrypoints
+  `flows/experiments/<module>.py:<flow>`)
 - results.py: what each flow returns (`CompareResult`, `MotivationResult`, `ActorsCurveResult`,
   `TransferResult`: the table, the parent run and plot, the runs behind them)
 - cli.py (and __main__.py): the command line
 - the statistics and tables they publish: models/report/experiment_stats.py (pure)
 
-Times are sums of P_k (models/run/session.py `RoundRecord.round_s`: one core per actor), never this
-machine's wall time, except IMPACT's (compare): it has no rounds, so its time is its wall time.
+Times are on the cloud clock (each round's P_k, one core per actor, plus its measured
+orchestration; IMPACT's from its virtual-time executor), this machine's wall beside them.
 """
 
 from flows.experiments.actors_curve import actors_curve

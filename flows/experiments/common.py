@@ -59,6 +59,8 @@ from models.scheduling.learned_spec import SHIPPED
 from tasks.worker_processes import ready_worker_server
 
 DEFAULT_EXPERIMENT = "minionsrl-experiments"
+TABLE_TAG = "minionsrl.table"
+"""Tag of a table experiment's parent run (flows/experiments/table2.py): its name, how a re-run finds it."""
 FINISHED_DIR = "finished_runs"
 """Artifact folder of an experiment's parent run: one models/report/experiment_resume.py record per finished run."""
 LEARNED = SHIPPED  # the packaged default CartPole-v1 scheduler (`learned` alone)
@@ -84,7 +86,7 @@ class Experiment:
 
     def __init__(self, name: str, workload: Workload, placement: Placement | None, params: JSONObject,
                  tracking_uri: str | None, experiment: str | None, checkpoint_dir: str | None,
-                 resume_run_id: str | None = None):
+                 resume_run_id: str | None = None, table: str | None = None):
         self.name, self.workload, self.placement = name, workload, placement or Placement()
         self.env, self.checkpoint_dir = workload.env, checkpoint_dir
         self.tracker = tracked_run(tracking_uri)
@@ -93,12 +95,17 @@ class Experiment:
         all_params = {"workload": workload.to_json(), "placement": self.placement.to_json(), **params}
         self._kept: dict[tuple[str, int], FinishedRun] = {}
         """Resumed: the runs the experiment finished before, by (label, seed), until they are reused."""
+        tags = {"minionsrl.kind": "experiment", "minionsrl.experiment": name}
+        tabled = self._tabled_parent(table) if table else None
         if resume_run_id:
             self._kept = self._reopen(resume_run_id, all_params)
             self.run_id = resume_run_id
+        elif tabled is not None:  # a table's runs are kept by cache key: any parameters may change
+            self._kept = self._reopen(tabled, None)
+            self.run_id = tabled
         else:
-            self.run_id = self.tracker.start(self.experiment, name, params=all_params,
-                                             tags={"minionsrl.kind": "experiment", "minionsrl.experiment": name})
+            self.run_id = self.tracker.start(self.experiment, table or name, params=params if table else all_params,
+                                             tags={**tags, **({TABLE_TAG: table} if table else {})})
         self.runs: list[ExperimentRun] = []
         """The nested `train` runs finished so far, in order."""
         self.planned, self.done = 0, 0
@@ -140,37 +147,38 @@ class Experiment:
         self._last_result = result
         self._publish_progress()
 
-    def setting(self, name: str) -> Any:
+    def setting(self, name: str, workload: Workload | None = None) -> Any:
         """A workload value as the runs get it: given, else the env's preset (a RunConfig field)."""
-        given = getattr(self.workload, name, None)
+        workload = workload or self.workload
+        given = getattr(workload, name, None)
         if given is not None:
             return given
-        cfg = resolve_run_config(self.workload, self.placement, scheduler="max",  # valid for any i_max
+        cfg = resolve_run_config(workload, self.placement, scheduler="max",  # valid for any i_max
                                  tracking_uri=self.tracker.tracking_uri, checkpoint_dir=self.checkpoint_dir or "c")
         return getattr(cfg, name)
 
     def train(self, scheduler: str, seed: int, label: str | None = None, workload: Workload | None = None,
-              placement: Placement | None = None, **run: object) -> RunSummary:
+              placement: Placement | None = None, key: str = "", **run: object) -> RunSummary:
         """A nested `train` run of this experiment's workload (or `workload`, `placement` and `run`'s
         other train parameters in its place: compare's server-cluster runs); `label`: its name in
         the experiment's tables (default the scheduler). A resumed experiment returns the run it
-        finished before."""
+        finished before (a table's: only if it ran with the same cache `key`)."""
         label = label or scheduler
-        kept = self._take_kept(label, seed, scheduler)
+        kept = self._take_kept(label, seed, scheduler, key)
         if kept is not None and kept.summary is not None:
             summary = kept.summary
         else:
             summary = train(scheduler=scheduler, seed=seed, tracking_uri=self.tracker.tracking_uri,
                             experiment=self.experiment, parent_run_id=self.run_id, checkpoint_dir=self.checkpoint_dir,
                             **(workload or self.workload).for_ppo(), **(placement or self.placement).given(), **run)
-            self._keep(FinishedRun(label, seed, scheduler, summary=summary))
+            self._keep(FinishedRun(label, seed, scheduler, summary=summary, key=key))
         self.runs.append(ExperimentRun(label, summary))
         self.count_done(1, experiment_run_result(self.runs[-1]))
         if table_due(len(self.runs), False, RUN_TABLE_EVERY):
             self._publish_runs()
         return summary
 
-    def impact_parameters(self, seed: int) -> JSONObject:
+    def impact_parameters(self, seed: int, workload: Workload | None = None) -> JSONObject:
         """The `impact` flow's parameters for this experiment's workload at `seed`: the same J and
         price table as its `train` runs (the PPO preset's J, which IMPACT's own preset may not
         share), nested under its parent run; validated by the caller (flows/impact.py
@@ -179,38 +187,51 @@ class Experiment:
         (the virtual backend), unless the workload sets its own actor count; with the preset's
         env-step budget per actor (32 actors deliver 16x what the preset's 2 do in the same time,
         most of it overwritten unused in the buffer)."""
-        given = self.workload.for_impact()
-        cores = PriceTable.load(self.workload.prices_file).server_actor_cores
+        workload = workload or self.workload
+        given = workload.for_impact()
+        cores = PriceTable.load(workload.prices_file).server_actor_cores
         overrides = {"actors": cores, **dict(given.get("impact") or {})}  # type: ignore[call-overload]
         if "max_env_steps" not in given:  # the preset's env-step budget per actor, not for the run
-            preset = resolve_impact_config(Workload(env=self.workload.env, preset=self.workload.preset))
+            preset = resolve_impact_config(Workload(env=workload.env, preset=workload.preset))
             given["max_env_steps"] = preset.max_env_steps * max(int(overrides["actors"]) // preset.impact.actors, 1)
         return {**given, "impact": overrides, "backend": "virtual", "seed": seed,
-                "target_return": float(self.setting("target_return")),
+                "target_return": float(self.setting("target_return", workload)),
                 "learner_device": self.placement.learner_device, "tracking_uri": self.tracker.tracking_uri,
                 "experiment": self.experiment, "parent_run_id": self.run_id}
 
-    def impact(self, seed: int) -> ImpactSummary:
-        """A nested IMPACT training (flows/impact.py) of this experiment's env, counted in its progress."""
+    def impact(self, seed: int, workload: Workload | None = None, label: str = IMPACT_SCHEDULER,
+               key: str = "") -> ImpactSummary:
+        """A nested IMPACT training (flows/impact.py) of this experiment's env (or `workload`'s),
+        counted in its progress."""
         from flows.impact import impact
 
-        kept = self._take_kept(IMPACT_SCHEDULER, seed, IMPACT_SCHEDULER)
+        kept = self._take_kept(label, seed, IMPACT_SCHEDULER, key)
         if kept is not None and kept.impact is not None:
             summary = kept.impact
         else:
-            summary = impact(**self.impact_parameters(seed))
-            self._keep(FinishedRun(IMPACT_SCHEDULER, seed, IMPACT_SCHEDULER, impact=summary))
+            summary = impact(**self.impact_parameters(seed, workload))
+            self._keep(FinishedRun(label, seed, IMPACT_SCHEDULER, impact=summary, key=key))
         stop = "J reached" if summary.target_reached else summary.stop_reason
-        self.count_done(1, f"impact seed {seed}: {stop} after {summary.env_steps} env steps "
+        self.count_done(1, f"{label} seed {seed}: {stop} after {summary.env_steps} env steps "
                            f"({summary.cloud_s:.1f} s on the {summary.clock} clock, {summary.wall_s:.1f} s wall, "
                            f"${summary.server_cluster_cost_usd:.4f} as the cluster)")
         return summary
 
     # -- resuming ------------------------------------------------------------------------
-    def _reopen(self, run_id: str, params: JSONObject) -> dict[tuple[str, int], FinishedRun]:
+    def _tabled_parent(self, table: str) -> str | None:
+        """The newest parent run of the table `table` in this experiment, if there is one."""
+        found = self.tracker.client.get_experiment_by_name(self.experiment)
+        if found is None:
+            return None
+        runs = self.tracker.client.search_runs([found.experiment_id], filter_string=f"tags.`{TABLE_TAG}` = '{table}'",
+                                               order_by=["attributes.start_time DESC"], max_results=1)
+        return runs[0].info.run_id if runs else None
+
+    def _reopen(self, run_id: str, params: JSONObject | None) -> dict[tuple[str, int], FinishedRun]:
         """Reopen the parent run `run_id` of this same experiment and read the runs it finished;
         a run that was in flight when it stopped is marked FAILED. Refused (ConfigError, before
-        any run) if it is another experiment or its parameters differ."""
+        any run) if it is another experiment or its parameters differ (`params` None: a table's
+        parent, whose runs are kept by cache key, not checked)."""
         try:
             run = self.tracker.client.get_run(run_id)
         except Exception as exc:  # MlflowException: no such run in this store
@@ -218,7 +239,7 @@ class Experiment:
         if run.data.tags.get("minionsrl.experiment") != self.name:
             raise ConfigError(f"run {run_id} is not a {self.name} experiment "
                               f"({run.data.tags.get('minionsrl.experiment', 'no experiment tag')}): cannot resume it")
-        changed = changed_params(run.data.params, flatten(params))
+        changed = changed_params(run.data.params, flatten(params)) if params is not None else {}
         if changed:
             raise ConfigError(f"resuming {self.name} run {run_id} with other parameters: "
                               + "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items())
@@ -248,10 +269,18 @@ class Experiment:
                                         "experiment ran it again")
             self.tracker.client.set_terminated(r.info.run_id, status="FAILED")
 
-    def _take_kept(self, label: str, seed: int, scheduler: str) -> FinishedRun | None:
-        """The run a resumed experiment finished before as (label, seed), if it ran `scheduler`."""
-        kept = self._kept.pop((label, seed), None)
-        if kept is None or kept.scheduler != scheduler or not kept.has_cloud_clock:
+    def _take_kept(self, label: str, seed: int, scheduler: str, key: str = "") -> FinishedRun | None:
+        """The run a resumed experiment finished before as (label, seed), if it ran `scheduler`
+        (with the cache `key`)."""
+        kept = self.finished(label, seed, scheduler, key)
+        self._kept.pop((label, seed), None)
+        return kept
+
+    def finished(self, label: str, seed: int, scheduler: str, key: str = "") -> FinishedRun | None:
+        """The run this experiment finished before as (label, seed), if it ran `scheduler` with the
+        cache `key` on the cloud clock; it stays kept (a table reports cells it does not rerun)."""
+        kept = self._kept.get((label, seed))
+        if kept is None or kept.scheduler != scheduler or kept.key != key or not kept.has_cloud_clock:
             return None  # a run measured before the cloud clock runs again: one clock per table
         return kept
 

@@ -135,7 +135,7 @@ def run_compare(exp: Experiment, seeds: list[int], done: CompareRuns) -> Compare
     logger = get_run_logger()
     with_impact = done.with_impact
     done.runs = {label: [] for label in done.specs}
-    cluster, cluster_placement = cluster_workload(exp)
+    cluster, cluster_placement = cluster_workload(exp.workload, exp.placement)
     exp.plan(len(seeds) * (len(done.specs) + 1 + with_impact))  # + the server cluster's (and IMPACT's) run per seed
     for seed in seeds:
         for label, spec in done.specs.items():
@@ -247,10 +247,10 @@ def judge_learned(label: str, by: dict[str, AggregateRow], best: AggregateRow | 
     return metrics, checks
 
 
-def cluster_workload(exp: Experiment) -> tuple[Workload, Placement]:
-    """The experiment's workload run as the server cluster: Fixed(actor cores) on the local
-    backend's persistent workers (the workload's actor range and placement do not apply to it; its
-    learner device does); its i_max is the cluster's actor cores, its budget unbounded."""
-    cores = PriceTable.load(exp.workload.prices_file).server_actor_cores
-    return (exp.workload.with_values(i_max=cores, budget_usd=CLUSTER_BUDGET_USD),
-            Placement(learner_device=exp.placement.learner_device))
+def cluster_workload(workload: Workload, placement: Placement) -> tuple[Workload, Placement]:
+    """A workload run as the server cluster: Fixed(actor cores) on the local backend's persistent
+    workers (the workload's actor range and placement do not apply to it; its learner device
+    does); its i_max is the cluster's actor cores, its budget unbounded."""
+    cores = PriceTable.load(workload.prices_file).server_actor_cores
+    return (workload.with_values(i_max=cores, budget_usd=CLUSTER_BUDGET_USD),
+            Placement(learner_device=placement.learner_device))

@@ -51,3 +51,17 @@ class ActorsCurveResult(ExperimentResult):
 class TransferResult(ExperimentResult):
     finetune: SchedulerTrainingResult
     scratch: SchedulerTrainingResult
+
+
+@dataclass(frozen=True)
+class Table2Result(ExperimentResult):
+    """tables: workload -> its rows; metrics and checks: each learned row against Max, Adapt and
+    the best Fixed(N) per workload; ran, kept and missing: the cells (workload / system / seed) run
+    now, reused from an earlier run of the table, and not finished with the current code."""
+
+    tables: dict[str, list[JSONObject]]
+    metrics: dict[str, float]
+    checks: dict[str, bool]
+    ran: list[str]
+    kept: list[str]
+    missing: list[str]

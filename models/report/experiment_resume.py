@@ -35,6 +35,9 @@ class FinishedRun:
     """The `train` scheduler spec it ran, or IMPACT_SCHEDULER."""
     summary: RunSummary | None = None
     impact: ImpactSummary | None = None
+    key: str = ""
+    """The cache key of the code and settings it ran with (models/report/table2_cells.py cell_key);
+    "" for an experiment that keys its runs by (label, seed) alone."""
 
     def __post_init__(self) -> None:
         if (self.summary is None) == (self.impact is None):

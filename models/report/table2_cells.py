@@ -14,16 +14,34 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from models.errors import ConfigError
+from models.run.presets import PRESET_VARIANTS
+from models.scheduling.learned_spec import SHIPPED
 
 CODE_LAYERS = ("models", "flows", "tasks")
 """The source folders whose code decides a training's result (deployments/ only starts servers)."""
+CODE_SUFFIXES = frozenset({".py", ".toml", ".json", ".pt"})
+"""Source, presets, price tables, and the packaged schedulers' checkpoints (models/data/schedulers)."""
 
 CELL_FIELDS = ("workload", "system", "seed")
+
+SERVER_CLUSTER, IMPACT, LEARNED = "server-cluster", "impact", "learned"
+RAMPS = ("increase", "decrease")
+"""Systems whose scheduler spec depends on the workload (ramp_spec)."""
+DEFAULT_SYSTEMS = (LEARNED, "fixed:1", "fixed:2", "fixed:4", "fixed:8", "fixed:16", "max", "adapt", *RAMPS,
+                   SERVER_CLUSTER, IMPACT)
+"""Issue 35's rows: the workload's learned scheduler, the Fixed(N) sweep (its best is a row of the
+table), Max (= Fixed(32)), Adapt, Increase, Decrease, the server cluster and IMPACT with 32 actors."""
+DEFAULT_WORKLOADS = ("CartPole-v1", "Hopper-v5-locomotion", "HalfCheetah-v5-locomotion")
+LEARNED_FOR = {"CartPole-v1": SHIPPED, "Hopper-v5": "hopper", "HalfCheetah-v5": "halfcheetah"}
+"""Each workload's own packaged scheduler; another env's `learned` row is the shipped CartPole-v1
+one, transferred (its label says so)."""
+RAMP_CENTRE, RAMP_STEPS = 8, 10
 
 
 @dataclass(frozen=True)
@@ -42,11 +60,11 @@ class Cell:
 
 
 def code_fingerprint(root: Path, layers: Sequence[str] = CODE_LAYERS) -> str:
-    """sha256 over every .py, .toml and .json file under root/<layer> (path and bytes, in sorted order)."""
+    """sha256 over every CODE_SUFFIXES file under root/<layer> (path and bytes, in sorted order)."""
     digest = hashlib.sha256()
     for layer in layers:
-        for path in sorted(p for p in (root / layer).rglob("*") if p.suffix in {".py", ".toml", ".json"}):
-            if "__pycache__" in path.parts:
+        for path in sorted(p for p in (root / layer).rglob("*") if p.is_file()):
+            if "__pycache__" in path.parts or path.suffix not in CODE_SUFFIXES:
                 continue
             digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
@@ -106,3 +124,24 @@ def select(cells: Sequence[Cell], only: Iterable[str]) -> list[Cell]:
         if not any(matches(c, f) for c in cells):
             raise ConfigError(f"--only {f} matches no cell of this table")
     return [c for c in cells if any(matches(c, f) for f in filters)]
+
+
+def workload_parts(name: str) -> tuple[str, str | None]:
+    """A workload name as (env id, preset variant): 'Hopper-v5-locomotion' -> ('Hopper-v5', 'locomotion')."""
+    for variant in PRESET_VARIANTS:
+        if name.endswith(f"-{variant}") and len(name) > len(variant) + 1:
+            return name[: -len(variant) - 1], variant
+    return name, None
+
+
+def learned_ref(env_id: str, given: Mapping[str, str]) -> str:
+    """The learned scheduler of a workload's env: the user's (by env id), else LEARNED_FOR's, else SHIPPED."""
+    return given.get(env_id) or LEARNED_FOR.get(env_id, SHIPPED)
+
+
+def ramp_spec(system: str, max_rounds: int) -> str:
+    """Increase / Decrease around Fixed(RAMP_CENTRE)'s actor budget over the workload's K rounds:
+    one actor more (fewer) every K/RAMP_STEPS rounds, so from 3-4 to 12-13 actors whatever K is."""
+    if system not in RAMPS:
+        raise ConfigError(f"{system!r} is not one of the ramps {RAMPS}")
+    return f"{system}:{RAMP_CENTRE}:1:{max(math.ceil(max_rounds / RAMP_STEPS), 1)}"

@@ -1,0 +1,90 @@
+"""The `table2` flow at toy size: two cells (CartPole-v1 Fixed(1) and Fixed(2), one seed, two
+rounds), its process dying in the second cell, re-runs that skip what finished with the same code
+and settings, and `only` with changed settings."""
+
+from __future__ import annotations
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from models.errors import ConfigError
+from models.run.workload import Placement
+
+pytestmark = pytest.mark.e2e
+
+TWO_ROUNDS = {"i_max": 2, "max_rounds": 2, "fragment": 128}  # J of 500: both rounds run
+
+
+def test_a_table_resumes_after_a_crash_reuses_finished_cells_and_reruns_changed_ones(
+        prefect_api_url, mlflow_uri, tmp_path, monkeypatch):
+    from flows.experiments import common
+    from flows.experiments.table2 import table2
+
+    args = dict(workloads=["CartPole-v1"], systems=["fixed:1", "fixed:2"], seeds=[0],
+                workload_settings={"CartPole-v1": TWO_ROUNDS}, placement=Placement(local_workers=1),
+                table="toy", tracking_uri=mlflow_uri, checkpoint_dir=str(tmp_path / "ckpt"))
+    real_train, ran = common.train, []
+    client = MlflowClient(mlflow_uri)
+
+    def dies_in_the_second_cell(**kwargs):
+        if len(ran) == 1:  # the process "dies" with the second cell's run RUNNING in MLflow
+            parent = client.get_run(kwargs["parent_run_id"])
+            client.create_run(parent.info.experiment_id, tags={"mlflow.parentRunId": kwargs["parent_run_id"]})
+            raise RuntimeError("the process died")
+        ran.append(kwargs["scheduler"])
+        return real_train(**kwargs)
+
+    monkeypatch.setattr(common, "train", dies_in_the_second_cell)
+    with pytest.raises(RuntimeError, match="the process died"):
+        table2(**args)
+    assert ran == ["fixed:1"]
+
+    monkeypatch.setattr(common, "train", lambda **kw: ran.append(kw["scheduler"]) or real_train(**kw))
+    ran.clear()
+    second = table2(**args)  # found by its name, not by a run id
+    assert ran == ["fixed:2"]
+    assert second.ran == ["CartPole-v1 / fixed:2 / seed 0"] and second.kept == ["CartPole-v1 / fixed:1 / seed 0"]
+    assert second.missing == []
+    parent = client.get_run(second.run_id)
+    assert parent.data.tags["minionsrl.table"] == "toy" and parent.info.status == "FINISHED"
+    children = client.search_runs([parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{second.run_id}'")
+    assert sorted(r.info.status for r in children) == ["FAILED", "FINISHED", "FINISHED"]  # the crashed cell: FAILED
+    rows = {r["scheduler"]: r for r in second.tables["CartPole-v1"]}
+    assert rows["fixed:1"]["runs"] == rows["fixed:2"]["runs"] == 1
+    assert rows["fixed:1"]["rounds_mean"] == rows["fixed:2"]["rounds_mean"] == 2
+    assert rows["fixed:2"]["actors_mean"] == 2 and rows["fixed:2"]["env_steps_mean"] == 2 * 2 * 128
+    assert rows["fixed:1"]["time_s_mean"] <= rows["fixed:1"]["wall_s_mean"]  # the cloud clock leaves out local waits
+
+    from benchmarks.table2_page import render  # the results page, generated from the results file
+
+    page, _ = render(client, "toy", "minionsrl-experiments")
+    assert "## CartPole-v1" in page and "--workloads CartPole-v1 --seeds 0" in page
+    assert "| fixed:2 | 1 | 0 |" in page and "Missing cells" not in page
+
+    ran.clear()
+    third = table2(**args)  # nothing changed: nothing runs
+    assert ran == [] and third.run_id == second.run_id and len(third.kept) == 2
+    assert third.tables == second.tables
+
+    # other settings: every key changes; `only` runs one cell and the other is missing, not stale
+    changed = {**args, "workload_settings": {"CartPole-v1": {**TWO_ROUNDS, "max_rounds": 3}}, "only": ["system=fixed:2"]}
+    ran.clear()
+    fourth = table2(**changed)
+    assert ran == ["fixed:2"] and fourth.missing == ["CartPole-v1 / fixed:1 / seed 0"]
+    assert [r["scheduler"] for r in fourth.tables["CartPole-v1"]] == ["fixed:2"]  # no J in 3 rounds: no best fixed
+    assert fourth.tables["CartPole-v1"][0]["rounds_mean"] == 3
+
+
+def test_a_table_refuses_bad_cells_before_any_run(prefect_api_url, mlflow_uri, monkeypatch):
+    from flows.experiments import common
+    from flows.experiments.table2 import table2
+
+    monkeypatch.setattr(common, "train", lambda **kw: pytest.fail("no run may start"))
+    base = dict(workloads=["CartPole-v1"], systems=["fixed:1"], seeds=[0], tracking_uri=mlflow_uri)
+    for bad, says in [({"systems": ["fixed:99"]}, "i_max"), ({"systems": ["sometimes"]}, "unknown scheduler"),
+                      ({"only": ["system=max"]}, "matches no cell"),
+                      ({"workload_settings": {"CartPole-v1": {"colour": 1}}}, "colour"),
+                      ({"workload_seeds": {"Hopper-v5": [1]}}, "not in the table"),
+                      ({"workloads": ["Hopper-v5-sprinting"]}, "sprinting")]:
+        with pytest.raises(ConfigError, match=says):
+            table2.fn(**{**base, **bad})
