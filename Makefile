@@ -10,11 +10,11 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade "pip>=24"
 	$(PY) -m pip install -q "torch==2.13.0"
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q -e ".[dev,envpool]"
 	touch $(STAMP)
 
 $(VENV)/.bench: $(STAMP)
-	$(PY) -m pip install -q -e ".[dev,bench]"
+	$(PY) -m pip install -q -e ".[dev,envpool,bench]"
 	touch $@
 
 .PHONY: setup train test lint bench

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from models.envs.batch import EnvBatch, env_spaces
+from models.envs.envpool_batch import ENVPOOL, EnvPoolBatch
 from models.envs.snapshot import EnvSnapshot
 from models.rl.normalization import NormDeltas, NormStats, ObservationNormalizer, RewardScaler
 from models.rl.policy import ActorCritic, weights_from_bytes
@@ -36,6 +37,7 @@ class ActorJob:
     norm: NormStats | None = None  # the learner's normaliser statistics (None: no normalising)
     carry_episodes: bool = False  # return the episodes in progress (MuJoCo: models/envs/snapshot.py)
     resume: tuple[EnvSnapshot, ...] = ()  # episodes to continue, one per env (empty: fresh resets)
+    env_backend: str = "gymnasium"  # or envpool (models/envs/envpool_batch.py)
 
 
 @dataclass
@@ -76,8 +78,11 @@ def run_actor(job: ActorJob) -> RolloutBatch:
     t_start = time.time()
     torch.set_num_threads(1)
     # reuse: a warm worker keeps its built envs for its next job; each job seeds and resets them.
-    envs = EnvBatch(job.env_id, job.envs_per_actor, job.seed * job.envs_per_actor, reuse=True,
-                    resume=job.resume)
+    if job.env_backend == ENVPOOL:  # a pool per job (built in ~10 ms): its envs are seeded when built
+        envs = EnvPoolBatch(job.env_id, job.envs_per_actor, job.seed * job.envs_per_actor, resume=job.resume)
+    else:
+        envs = EnvBatch(job.env_id, job.envs_per_actor, job.seed * job.envs_per_actor, reuse=True,
+                        resume=job.resume)
     try:
         policy = _policy_for(job.env_id, tuple(job.hidden))
         t_ready = time.time()

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from models.billing.cost import PriceTable
+from models.envs.envpool_batch import ENV_BACKENDS, GYMNASIUM
 from models.errors import ConfigError
 from models.json_types import JSONObject
 from models.run.validation import check as _check
@@ -201,6 +202,8 @@ class RunConfig:
     """Actor i of round k+1 continues the episodes actor i of round k left unfinished, instead of
     resetting its envs (MuJoCo envs: models/envs/snapshot.py). Off: every fragment starts new
     episodes and cuts the last one."""
+    env_backend: str = GYMNASIUM
+    """What steps the actors' envs: gymnasium or envpool (models/envs/envpool_batch.py)."""
     i_max: int = 32
     """Largest actor count a scheduler may choose."""
     backend: BackendSpec = LocalBackendSpec()
@@ -277,6 +280,7 @@ class RunConfig:
         _check(isinstance(self.carry_episodes, bool),
                f"carry_episodes must be true or false, got {self.carry_episodes!r}")
         _check(self.actor_memory_gb > 0, "actor_memory_gb must be > 0")
+        _check(self.env_backend in ENV_BACKENDS, f"env_backend must be one of {ENV_BACKENDS}, got {self.env_backend!r}")
         _check(self.learner_device in ("auto", "cpu", "cuda"),
                "learner_device must be 'auto', 'cpu' or 'cuda'")
         _check(self.actor_timeout_s > 0, "actor_timeout_s must be > 0 seconds")

@@ -12,6 +12,7 @@ from typing import Any
 
 from models.billing.cost import PriceTable
 from models.envs.batch import can_carry_episodes, check_env_id, env_spaces
+from models.envs.envpool_batch import check_env_backend
 from models.json_types import JSONObject
 from models.run.config import (
     SYSTEM_CLUSTER,
@@ -105,6 +106,7 @@ def resolve_run_config(workload: Workload, placement: Placement | None = None, *
     check_sizes(env_spaces(env_id), fragment=cfg.fragment, envs_per_actor=cfg.envs_per_actor, i_max=cfg.i_max,
                 minibatch_size=cfg.ppo.minibatch_size, actor_memory_gb=cfg.actor_memory_gb,
                 normalized=cfg.ppo.normalize_obs)
+    check_env_backend(env_id, cfg.env_backend, cfg.carry_episodes)
     if cfg.carry_episodes and not can_carry_episodes(env_id):
         raise ConfigError(f"carry_episodes: {env_id} is not a MuJoCo env, whose episodes an actor can hand "
                           "on to the next round's; leave carry_episodes off for it")
@@ -193,8 +195,8 @@ def _coerce(key: str, value: Any) -> Any:
 
 
 PRESET_KEYS = ("scheduler", "target_return", "budget_usd", "max_rounds", "fragment", "envs_per_actor",
-               "actor_memory_gb", "carry_episodes")
+               "actor_memory_gb", "carry_episodes", "env_backend")
 _FLOAT_FIELDS = {"target_return", "budget_usd", "actor_memory_gb", "actor_timeout_s", "quorum"}
 _INT_FIELDS = {"max_rounds", "fragment", "envs_per_actor", "seed", "scheduler_seed", "i_max", "actor_retries", "eval_every",
                "eval_episodes"}
-_STR_FIELDS = {"scheduler", "learner_device", "tracking_uri", "experiment", "checkpoint_dir", "system"}
+_STR_FIELDS = {"scheduler", "env_backend", "learner_device", "tracking_uri", "experiment", "checkpoint_dir", "system"}

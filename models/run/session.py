@@ -153,7 +153,8 @@ class TrainingSession:
                          seed=actor_seed(cfg.seed, self.round_index, i, cfg.i_max),
                          steps_per_env=cfg.steps_per_env, envs_per_actor=cfg.envs_per_actor,
                          hidden=cfg.ppo.hidden, weights=weights, requested_at=now,
-                         norm=norm, carry_episodes=cfg.carry_episodes, resume=self.carry.get(i, ()))
+                         norm=norm, carry_episodes=cfg.carry_episodes, resume=self.carry.get(i, ()),
+                         env_backend=cfg.env_backend)
                 for i in range(actors)]
 
     # -- after a round -------------------------------------------------------------------

@@ -56,6 +56,9 @@ class Workload:
     unfinished (PPO, MuJoCo envs; the locomotion presets turn it on)."""
     actor_memory_gb: float | None = None
     """Memory billed per actor."""
+    env_backend: str | None = None
+    """What steps the actors' envs: gymnasium (the default) or envpool (MuJoCo v5 envs; the
+    `envpool` extra; models/envs/envpool_batch.py says what differs) (PPO)."""
     ppo: Overrides | None = None
     """Overrides of PPO's hyperparameters, e.g. {"learning_rate": 0.001} (models/run/config.py PPOConfig)."""
     eval_every: int | None = None
@@ -145,7 +148,7 @@ class Placement:
 WORKLOAD_FIELDS = tuple(f.name for f in fields(Workload))
 IMPACT_ONLY = ("max_env_steps", "max_wall_s", "impact")
 PPO_ONLY = ("budget_usd", "max_rounds", "i_max", "fragment", "envs_per_actor", "carry_episodes", "actor_memory_gb",
-            "ppo", "eval_every", "eval_episodes", "stop_at_eval")
+            "env_backend", "ppo", "eval_every", "eval_episodes", "stop_at_eval")
 PLACEMENT_FIELDS = tuple(f.name for f in fields(Placement))
 
 

@@ -1,0 +1,119 @@
+"""EnvPool as an actor's env backend (issue 37): the same batch interface as EnvBatch, stepped by
+EnvPool's C++ pool in this process (one thread: an actor is one core).
+
+EnvPool 1.2.5's MuJoCo tasks under the gymnasium v5 ids have gymnasium's v5 dynamics, rewards and
+terminations (tests/test_envpool.py: from the same state, the same actions give the same
+observations to 1e-9 for the first 20 steps on Hopper-v5 and HalfCheetah-v5, and the same
+terminations); the two link different MuJoCo builds, so their float rounding differs and a
+chaotic body (HalfCheetah) drifts apart after ~50 steps; Humanoid-v5's positions and velocities
+agree to 1e-4, its derived observation parts (inertias, body velocities, actuator and contact
+forces) by ~1e-2, and its info x_position is the torso's (gymnasium's: the centre of mass). What EnvPool
+does not have: the state snapshots that carry an episode on to the next round's actor
+(carry_episodes), and a reset seed per env per job (its envs are seeded once, when built, with
+seed + i, so a pool is built per job). Atari stays on gymnasium here (not wired yet).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import numpy as np
+
+from models.envs.batch import EnvSpaces, spaces_of
+from models.envs.snapshot import EnvSnapshot
+from models.errors import ConfigError
+
+GYMNASIUM, ENVPOOL = "gymnasium", "envpool"
+ENV_BACKENDS = (GYMNASIUM, ENVPOOL)
+ENVPOOL_ENVS = frozenset({"Hopper-v5", "HalfCheetah-v5", "Humanoid-v5", "Walker2d-v5", "Ant-v5", "Swimmer-v5",
+                          "InvertedPendulum-v5", "InvertedDoublePendulum-v5", "Reacher-v5", "Pusher-v5",
+                          "HumanoidStandup-v5"})
+"""The gymnasium ids EnvPool has under the same name with the same dynamics (MuJoCo v5)."""
+
+
+@functools.cache
+def _envpool():
+    try:
+        import envpool
+    except ImportError:
+        return None
+    return envpool
+
+
+def check_env_backend(env_id: str, backend: str, carry_episodes: bool = False) -> None:
+    """Refuse, before anything runs, a backend that is not installed or lacks the env."""
+    if backend not in ENV_BACKENDS:
+        raise ConfigError(f"env_backend must be one of {ENV_BACKENDS}, got {backend!r}")
+    if backend == GYMNASIUM:
+        return
+    if env_id not in ENVPOOL_ENVS:
+        raise ConfigError(f"env_backend envpool: {env_id} is not one of its envs with gymnasium's dynamics "
+                          f"({sorted(ENVPOOL_ENVS)}); use env_backend gymnasium")
+    if carry_episodes:
+        raise ConfigError("env_backend envpool cannot carry episodes to the next round (it has no state "
+                          "snapshots): turn carry_episodes off or use env_backend gymnasium")
+    if _envpool() is None:
+        raise ConfigError("env_backend envpool needs the envpool package: pip install -e '.[envpool]'")
+
+
+class EnvPoolBatch:
+    """N envs of one EnvPool pool, reset on the step that ends an episode (EnvBatch's contract: no
+    dummy transition from EnvPool's next-step autoreset: a finished env is reset at once)."""
+
+    def __init__(self, env_id: str, num_envs: int, seed: int, training: bool = True,
+                 resume: Sequence[EnvSnapshot] = ()):
+        check_env_backend(env_id, ENVPOOL, carry_episodes=bool(resume))
+        self.env_id, self.training, self.num_envs = env_id, training, num_envs
+        self.pool = _envpool().make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed, num_threads=1)
+        self.spaces: EnvSpaces = spaces_of(self.pool)
+        obs, info = self.pool.reset()
+        self.obs = np.array(obs)
+        self.reset_infos: list[dict] = [_env_info(info, i) for i in range(num_envs)]
+        self.infos: list[dict] = [{} for _ in range(num_envs)]
+        self.episode_return = np.zeros(num_envs, dtype=np.float64)
+        self.episode_length = np.zeros(num_envs, dtype=np.int64)
+        self.completed_returns: list[float] = []
+        self.completed_lengths: list[int] = []
+        self.resumed = False
+        self.resumed_reward_returns = np.zeros(num_envs, dtype=np.float64)
+        self.game_scores = False
+
+    def snapshots(self, reward_returns: Sequence[float] | None = None) -> tuple[EnvSnapshot, ...]:
+        raise ConfigError("env_backend envpool cannot carry episodes (no state snapshots)")
+
+    def step(self, actions: np.ndarray):
+        """As EnvBatch.step: (next_obs, rewards, terminated, truncated, final_obs_by_env)."""
+        sp = self.spaces
+        if not sp.discrete:  # the stored action stays unclipped; the env gets a valid one
+            actions = np.clip(actions, sp.action_low, sp.action_high)
+        obs, rewards, terminated, truncated, info = self.pool.step(np.asarray(actions))
+        obs = np.array(obs)
+        rewards = np.asarray(rewards, dtype=np.float32)
+        terminated, truncated = np.asarray(terminated, dtype=bool), np.asarray(truncated, dtype=bool)
+        self.infos = [_env_info(info, i) for i in range(self.num_envs)]
+        self.episode_return += rewards
+        self.episode_length += 1
+        final_obs: dict[int, np.ndarray] = {}
+        done = np.flatnonzero(terminated | truncated)
+        for i in done:
+            final_obs[int(i)] = obs[i].copy()
+            self.completed_returns.append(float(self.episode_return[i]))
+            self.completed_lengths.append(int(self.episode_length[i]))
+            self.episode_return[i], self.episode_length[i] = 0.0, 0
+        if done.size:
+            new_obs, reset_info = self.pool.reset(done.astype(np.int32))
+            obs[done] = new_obs
+            for j, i in enumerate(done):
+                self.reset_infos[int(i)] = _env_info(reset_info, j)
+        self.obs = obs
+        return self.obs, rewards, terminated, truncated, final_obs
+
+    def close(self, broken: bool = False) -> None:
+        self.pool.close()
+
+
+def _env_info(info: dict, row: int) -> dict:
+    """One env's entries of EnvPool's batched info (x_position, x_velocity, ...), as gymnasium's dict."""
+    return {k: (v[row].item() if np.ndim(v[row]) == 0 else v[row]) for k, v in info.items()
+            if k not in ("env_id", "players") and hasattr(v, "__len__") and len(v) > row}
