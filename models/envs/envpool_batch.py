@@ -70,7 +70,7 @@ class EnvPoolBatch:
         obs, info = self.pool.reset()
         self.obs = np.array(obs)
         self.reset_infos: list[dict] = [_env_info(info, i) for i in range(num_envs)]
-        self.infos: list[dict] = [{} for _ in range(num_envs)]
+        self._info: dict = {}
         self.episode_return = np.zeros(num_envs, dtype=np.float64)
         self.episode_length = np.zeros(num_envs, dtype=np.int64)
         self.completed_returns: list[float] = []
@@ -78,6 +78,11 @@ class EnvPoolBatch:
         self.resumed = False
         self.resumed_reward_returns = np.zeros(num_envs, dtype=np.float64)
         self.game_scores = False
+
+    @property
+    def infos(self) -> list[dict]:
+        """Each env's info of the last step, as gymnasium's dict (EnvBatch.infos)."""
+        return [_env_info(self._info, i) for i in range(self.num_envs)] if self._info else [{}] * self.num_envs
 
     def snapshots(self, reward_returns: Sequence[float] | None = None) -> tuple[EnvSnapshot, ...]:
         raise ConfigError("env_backend envpool cannot carry episodes (no state snapshots)")
@@ -91,7 +96,7 @@ class EnvPoolBatch:
         obs = np.array(obs)
         rewards = np.asarray(rewards, dtype=np.float32)
         terminated, truncated = np.asarray(terminated, dtype=bool), np.asarray(truncated, dtype=bool)
-        self.infos = [_env_info(info, i) for i in range(self.num_envs)]
+        self._info = info  # per-env dicts only when asked (infos): building them every step costs
         self.episode_return += rewards
         self.episode_length += 1
         final_obs: dict[int, np.ndarray] = {}
