@@ -22,6 +22,7 @@ def test_the_files_hold_the_deployments_users_trigger():
                    "flows/experiments/compare.py:compare_schedulers", "flows/experiments/motivation.py:motivation",
                    "flows/experiments/actors_curve.py:actors_curve",
                    "flows/experiments/transfer.py:scheduler_transfer", "flows/experiments/table2.py:table2",
+                   "flows/experiments/scalability.py:scalability",
                    "flows/impact.py:impact"):
         assert wanted in entrypoints, wanted
 

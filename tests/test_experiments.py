@@ -347,7 +347,7 @@ def test_command_line_refuses_options_its_experiment_cannot_take(capsys, argv, s
     assert says in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("command", "shows"), [(None, "compare,motivation,actors-curve,transfer,table2"),
+@pytest.mark.parametrize(("command", "shows"), [(None, "compare,motivation,actors-curve,transfer,table2,scalability"),
                                                 ("compare", "--target-return"), ("motivation", "--target-return"),
                                                 ("actors-curve", "--target-return"), ("transfer", "--target-return"),
                                                 ("table2", "--workload-settings")])
@@ -366,6 +366,7 @@ def test_help(capsys, command, shows):
     ("flows/experiments/actors_curve.py:actors_curve", "actors-curve"),
     ("flows/experiments/transfer.py:scheduler_transfer", "scheduler-transfer"),
     ("flows/experiments/table2.py:table2", "table2"),
+    ("flows/experiments/scalability.py:scalability", "scalability"),
 ])
 def test_each_flow_loads_from_its_own_file(monkeypatch, entrypoint, name):
     """What a Prefect deployment's entrypoint names (run from the repository root)."""

@@ -88,3 +88,22 @@ def test_a_table_refuses_bad_cells_before_any_run(prefect_api_url, mlflow_uri, m
                       ({"workloads": ["Hopper-v5-sprinting"]}, "sprinting")]:
         with pytest.raises(ConfigError, match=says):
             table2.fn(**{**base, **bad})
+
+
+def test_scalability_splits_each_round_into_parts_that_add_up_to_its_cloud_time(prefect_api_url, mlflow_uri, tmp_path):
+    from flows.experiments.scalability import scalability
+    from models.report.scalability import PARTS
+    from models.run.workload import Workload
+
+    result = scalability(workload=Workload(env="CartPole-v1", fragment=128), placement=Placement(local_workers=1),
+                         actors=[1, 2], rounds=3, seed=0, tracking_uri=mlflow_uri, checkpoint_dir=str(tmp_path / "c"))
+    assert [r["actors"] for r in result.rows] == [1, 2] and all(r["rounds"] == 2 for r in result.rows)
+    for row in result.rows:
+        assert sum(row[p] for p in PARTS) == pytest.approx(row["round_cloud_s"], rel=1e-9)
+        assert row["sampling_s"] > 0 and row["learner_s"] > 0 and row["orchestration_s"] > 0
+        assert row["round_cloud_s"] <= row["round_wall_s"] + 1e-9
+    children = MlflowClient(mlflow_uri).search_runs(
+        [MlflowClient(mlflow_uri).get_run(result.run_id).info.experiment_id],
+        filter_string=f"tags.mlflow.parentRunId = '{result.run_id}'")
+    assert sorted(r.data.params["scheduler"] for r in children) == ["fixed:1", "fixed:2"]
+    assert {r.data.params["max_rounds"] for r in children} == {"3"}

@@ -11,10 +11,11 @@ Each ends with a plot saved as an MLflow artifact (plots/<name>.png) and as Pref
     python -m flows.experiments transfer --env Acrobot-v1     # fine-tune the packaged CartPole
                                                               # scheduler vs from scratch, 10 episodes each
     python -m flows.experiments table2                        # Table 2 over workloads x systems x seeds, cached
+    python -m flows.experiments scalability --env Hopper-v5   # a round's parts against 1-32 actors
 
 - common.py: the `Experiment` context (parent MLflow run, nested `train` runs, publishing), plots
 - compare.py `compare_schedulers`, motivation.py `motivation`, actors_curve.py `actors_curve`,
-  transfer.py `scheduler_transfer`, table2.py `table2`: the flows (Prefect entrypoints
+  transfer.py `scheduler_transfer`, table2.py `table2`, scalability.py `scalability`: the flows (Prefect entrypoints
   `flows/experiments/<module>.py:<flow>`)
 - results.py: what each flow returns (`CompareResult`, `MotivationResult`, `ActorsCurveResult`,
   `TransferResult`: the table, the parent run and plot, the runs behind them)

@@ -1,4 +1,4 @@
-"""The experiments' command line: `python -m flows.experiments compare|motivation|actors-curve|transfer|table2`.
+"""The experiments' command line: `python -m flows.experiments compare|motivation|actors-curve|transfer|table2|scalability`.
 
 Each command's options are its flow's parameters, generated (flows/cli.py): the workload's and the
 placement's fields (--env, --target-return, ..., --backend) and the flow's own (--seeds, ...).
@@ -15,12 +15,13 @@ from flows.cli import flow_arguments, flow_call, quiet_console
 from flows.experiments.actors_curve import actors_curve
 from flows.experiments.compare import compare_schedulers
 from flows.experiments.motivation import motivation
+from flows.experiments.scalability import scalability
 from flows.experiments.table2 import table2
 from flows.experiments.transfer import scheduler_transfer
 from models.report.experiment_stats import CLOCK_LEGEND, markdown_table
 
 FLOWS = {"compare": compare_schedulers, "motivation": motivation, "actors-curve": actors_curve,
-         "transfer": scheduler_transfer, "table2": table2}
+         "transfer": scheduler_transfer, "table2": table2, "scalability": scalability}
 COMMANDS = tuple(FLOWS)
 
 

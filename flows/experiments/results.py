@@ -54,6 +54,11 @@ class TransferResult(ExperimentResult):
 
 
 @dataclass(frozen=True)
+class ScalabilityResult(ExperimentResult):
+    """rows: one per actor count, its mean round's parts (models/report/scalability.py PARTS)."""
+
+
+@dataclass(frozen=True)
 class Table2Result(ExperimentResult):
     """tables: workload -> its rows; metrics and checks: each learned row against Max, Adapt and
     the best Fixed(N) per workload; ran, kept and missing: the cells (workload / system / seed) run
