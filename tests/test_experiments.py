@@ -16,6 +16,7 @@ from mlflow.tracking import MlflowClient
 from flows.experiments.results import ExperimentResult
 from models.errors import ConfigError
 from models.run.workload import Placement, Workload
+from tests.experiment_faults import dies_at_run
 
 pytestmark = pytest.mark.e2e
 
@@ -208,15 +209,8 @@ def test_a_resumed_compare_keeps_its_finished_runs_and_runs_only_the_rest(prefec
     real_train, ran = common.train, []
     client = MlflowClient(mlflow_uri)
 
-    def dies_at_third_run(**kwargs):
-        if len(ran) == 2:  # the process "dies" with a nested run of this one still RUNNING
-            parent = client.get_run(kwargs["parent_run_id"])
-            client.create_run(parent.info.experiment_id, tags={"mlflow.parentRunId": kwargs["parent_run_id"]})
-            raise RuntimeError("the process died")
-        ran.append(kwargs["scheduler"])
-        return real_train(**kwargs)
-
-    monkeypatch.setattr(common, "train", dies_at_third_run)
+    # the process "dies" in the third run, a nested run of this one still RUNNING
+    monkeypatch.setattr(common, "train", dies_at_run(2, real_train, ran, client))
     with pytest.raises(RuntimeError, match="the process died"):
         compare_schedulers(**args)
     assert ran == [f"learned:{learned}", f"learned:{learned}"]  # learned, then "again"

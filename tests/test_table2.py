@@ -9,6 +9,7 @@ from mlflow.tracking import MlflowClient
 
 from models.errors import ConfigError
 from models.run.workload import Placement
+from tests.experiment_faults import dies_at_run
 
 pytestmark = pytest.mark.e2e
 
@@ -26,15 +27,8 @@ def test_a_table_resumes_after_a_crash_reuses_finished_cells_and_reruns_changed_
     real_train, ran = common.train, []
     client = MlflowClient(mlflow_uri)
 
-    def dies_in_the_second_cell(**kwargs):
-        if len(ran) == 1:  # the process "dies" with the second cell's run RUNNING in MLflow
-            parent = client.get_run(kwargs["parent_run_id"])
-            client.create_run(parent.info.experiment_id, tags={"mlflow.parentRunId": kwargs["parent_run_id"]})
-            raise RuntimeError("the process died")
-        ran.append(kwargs["scheduler"])
-        return real_train(**kwargs)
-
-    monkeypatch.setattr(common, "train", dies_in_the_second_cell)
+    # the process "dies" in the second cell, its run RUNNING in MLflow
+    monkeypatch.setattr(common, "train", dies_at_run(1, real_train, ran, client))
     with pytest.raises(RuntimeError, match="the process died"):
         table2(**args)
     assert ran == ["fixed:1"]
