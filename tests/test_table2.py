@@ -101,3 +101,17 @@ def test_scalability_splits_each_round_into_parts_that_add_up_to_its_cloud_time(
         filter_string=f"tags.mlflow.parentRunId = '{result.run_id}'")
     assert sorted(r.data.params["scheduler"] for r in children) == ["fixed:1", "fixed:2"]
     assert {r.data.params["max_rounds"] for r in children} == {"3"}
+
+
+def test_each_row_says_which_schedule_it_ran():
+    from flows.experiments.table2 import cell_call
+    from models.report.table2_cells import Cell
+    from models.run.workload import Workload
+
+    cartpole, hopper = Workload(env="CartPole-v1"), Workload(env="Humanoid-v5")
+    assert cell_call(Cell("CartPole-v1", "increase", 100), cartpole, Placement(), {}).label == "increase (increase:8:1:6)"
+    assert cell_call(Cell("CartPole-v1", "learned", 100), cartpole, Placement(), {}).label == "learned (cartpole-v9)"
+    learned = cell_call(Cell("Humanoid-v5", "learned", 100), hopper, Placement(), {})
+    assert learned.label == "learned (cartpole-v9, transferred)" and learned.scheduler == "learned:cartpole-v9"
+    cluster = cell_call(Cell("CartPole-v1", "server-cluster", 100), cartpole, Placement(), {})
+    assert (cluster.label, cluster.scheduler, cluster.system) == ("server cluster", "fixed:32", "server-cluster")

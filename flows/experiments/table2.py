@@ -125,21 +125,35 @@ def table2(
     with Experiment("table2", given[names[0]], placement, {"table": table}, tracking_uri, experiment,
                     checkpoint_dir, table=table) as exp:
         exp.tracker.set_tags({"minionsrl.table.code": code,  # this invocation's: every cell it reports ran with it
-                              "minionsrl.table.machine": f"{platform.machine()} {platform.processor()}, "
-                                                         f"{os.cpu_count()} cores".replace("  ", " ")})
+                              "minionsrl.table.machine": machine()})
         exp.plan(len(chosen))
         results: list[CellResult] = []
         for cell in cells:
             call, key = calls[cell], cell_key(cell, code, calls[cell].settings())
-            done = run_cell(exp, cell, call, key) if cell in chosen else kept_cell(exp, cell, call, key)
-            if done is not None:
-                results.append(done)
+            if cell in chosen:
+                results.append(run_cell(exp, cell, call, key))
+                logger.info("%s: %s", cell.label, cell_outcome(results[-1]))  # the console's progress
+            elif (kept := kept_cell(exp, cell, call, key)) is not None:
+                results.append(kept)
         missing = [c.label for c in cells if c not in {r.cell for r in results}]
         logger.info("table %s: %d cells run now, %d kept, %d missing", table,
                     sum(not r.cached for r in results), sum(r.cached for r in results), len(missing))
         actors = {w: PriceTable.load(given[w].prices_file).server_actor_cores for w in names}  # IMPACT's
         return publish_table(exp, names, results, missing, per_seed, actors,
                              {w: given[w].to_json() for w in names})
+
+
+def machine() -> str:
+    """Where the cells ran, for the results page: architecture, processor (when known), cores."""
+    return ", ".join(part for part in (platform.machine(), platform.processor(), f"{os.cpu_count()} cores") if part)
+
+
+def cell_outcome(done: CellResult) -> str:
+    """A cell's line in the console: run now or kept, J or not, its cloud time."""
+    run = done.summary if done.summary is not None else done.impact
+    clock = done.summary.cloud_time_s if done.summary is not None else done.impact.cloud_s  # type: ignore[union-attr]
+    return (f"{'kept' if done.cached else 'ran'}, {'J reached' if run.target_reached else 'J not reached'}, "  # type: ignore[union-attr]
+            f"{clock:.2f} s on the cloud clock")
 
 
 def _workload(name: str, settings: dict[str, object]) -> Workload:
@@ -169,6 +183,7 @@ def cell_call(cell: Cell, workload: Workload, placement: Placement, learned: dic
             label = f"learned ({ref}{'' if own else ', transferred'})"
         elif cell.system in RAMPS:
             spec = ramp_spec(cell.system, resolve_run_config(workload, placement, scheduler="max").max_rounds)
+            label = f"{cell.system} ({spec})"
         call = CellCall(label, spec, workload, placement, "serverless")
     resolve_run_config(call.workload, call.placement, scheduler=call.scheduler, seed=cell.seed,
                        **({"system": SYSTEM_CLUSTER} if call.system == SYSTEM_CLUSTER else {}))
