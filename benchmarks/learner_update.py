@@ -39,6 +39,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--actors", type=int, default=None, help="default: the preset's fixed:N")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads for the update (the Learner sets 1; more: the cores idle actors leave)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     preset = preset_for(args.env, args.preset)
@@ -46,6 +48,7 @@ def main(argv: list[str] | None = None) -> None:
     actors = args.actors or int(str(preset["scheduler"]).partition(":")[2] or 8)
     learner = Learner(env_spaces(args.env), cfg, seed=0, max_rounds=int(preset["max_rounds"]))
     batches = round_batches(args.env, learner, actors, int(preset["fragment"]))
+    torch.set_num_threads(args.threads)
     start = copy.deepcopy(learner.state_dict())
     times, steps = [], 0
     for _ in range(args.repeats + 1):  # the first is a warm-up
@@ -56,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
         steps = int(stats["train/grad_steps"])
     median = statistics.median(times[1:])
     print(f"{args.env} ({args.preset or 'preset'}): {actors} x {preset['fragment']} steps, torch "
-          f"{torch.__version__}, 1 thread: update {median:.3f} s (median of {args.repeats}; "
+          f"{torch.__version__}, {args.threads} thread(s): update {median:.3f} s (median of {args.repeats}; "
           f"{', '.join(f'{t:.3f}' for t in times[1:])}), {steps} gradient steps, "
           f"{1000 * median / steps:.2f} ms per step")
     if args.profile:
