@@ -30,7 +30,7 @@ import torch
 
 from models.envs.batch import env_spaces
 from models.rl.ppo import Learner
-from models.rl.rollout import RolloutBatch, run_actor
+from models.rl.rollout import ActorJob, RolloutBatch, run_actor
 from models.run.presets import resolve_parameters
 from models.run.session import TrainingSession
 
@@ -63,10 +63,8 @@ class SystemRows:
 
 def _fragments(cfg, jobs: int) -> list[RolloutBatch]:
     """Real fragments sampled by the run's own actor code (initial weights, CPU)."""
-    session_learner = Learner(env_spaces(cfg.env_id), cfg.ppo, seed=cfg.seed, device="cpu")
-    weights, norm = session_learner.weights(), session_learner.norm_state()
-    from models.rl.rollout import ActorJob
-
+    learner = Learner(env_spaces(cfg.env_id), cfg.ppo, seed=cfg.seed, device="cpu")
+    weights, norm = learner.weights(), learner.norm_state()
     return [run_actor(ActorJob(env_id=cfg.env_id, round_index=0, actor_index=i, seed=1000 + i,
                                steps_per_env=cfg.steps_per_env, envs_per_actor=cfg.envs_per_actor,
                                hidden=cfg.ppo.hidden, weights=weights, norm=norm))
