@@ -142,3 +142,29 @@ def test_moments_round_trip_through_a_weights_only_checkpoint(tmp_path):
     assert back.shape == (3, 2) and back.count == rms.count
     np.testing.assert_array_equal(back.mean, rms.mean)
     np.testing.assert_array_equal(back.var, rms.var)
+
+
+def test_one_env_reward_scaling_in_python_floats_has_the_array_paths_bits():
+    """RewardScaler(num_envs=1) runs in Python floats (issue 37): its scaled rewards, returns and
+    statistics equal, bit for bit, the array arithmetic of the n-env path applied to one env."""
+    rng = np.random.default_rng(11)
+    base = RunningMeanStd(())
+    base.update(rng.normal(size=40))
+    scaler = RewardScaler(num_envs=1, gamma=0.99, base=base.moments())
+    stats, delta, returns = base.copy(), RunningMeanStd(()), np.zeros(1)
+    for t in range(2000):
+        reward = np.array([rng.normal() * 10.0 ** rng.integers(-3, 4)], dtype=np.float32)  # clipped at times
+        done = np.array([t % 97 == 96])
+        scaled = scaler(reward, done)
+        returns = returns * 0.99 + np.asarray(reward, dtype=np.float64)  # the n-env path, n = 1
+        stats.update(returns)
+        delta.update(returns)
+        expected = np.minimum(np.maximum(reward / np.sqrt(stats.var + 1e-8), -10.0), 10.0).astype(np.float32)
+        returns[done] = 0.0
+        assert scaled.dtype == np.float32 and scaled.tobytes() == expected.tobytes()
+        assert scaler.returns.tobytes() == returns.tobytes()
+    for got, want in ((scaler.stats, stats), (scaler.delta, delta)):
+        moments, expected_moments = got.moments(), want.moments()
+        assert moments.count == expected_moments.count
+        assert moments.mean.tobytes() == expected_moments.mean.tobytes()
+        assert moments.var.tobytes() == expected_moments.var.tobytes()

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import gymnasium as gym
 import numpy as np
 
+from models.envs.lean_mujoco import lean_step_for
 from models.envs.snapshot import EnvSnapshot, restore_snapshot, supports_snapshots, take_snapshot
 from models.errors import ConfigError
 
@@ -169,11 +170,14 @@ class EnvBatch:
     """
 
     def __init__(self, env_id: str, num_envs: int, seed: int, training: bool = True,
-                 reuse: bool = False, resume: Sequence[EnvSnapshot] = ()):
+                 reuse: bool = False, resume: Sequence[EnvSnapshot] = (), lean: bool = False):
         self.env_id, self.training, self.reuse = env_id, training, reuse
         self.envs = _idle_envs.take(env_id, training, num_envs) if reuse else []
         self.envs += [make_env(env_id, training) for _ in range(num_envs - len(self.envs))]
         self.spaces = spaces_of(self.envs[0])
+        # lean: MuJoCo v5 locomotion envs step bit-exactly without gymnasium's Python around the
+        # simulation (models/envs/lean_mujoco.py); their step infos then stay empty
+        self._steps = [(lean_step_for(env) if lean else None) or env.step for env in self.envs]
         from models.envs.atari import is_atari
 
         # Atari: a training episode ends at a lost life and its rewards are clipped; the
@@ -222,11 +226,13 @@ class EnvBatch:
         final_obs: dict[int, np.ndarray] = {}
         sp = self.spaces
         if not sp.discrete:  # the stored action stays unclipped; the env gets a valid one
-            actions = np.clip(actions, sp.action_low, sp.action_high)
+            # np.clip's values (NaN stays NaN) in two ufunc calls instead of clip's dispatch
+            actions = np.minimum(np.maximum(actions, sp.action_low), sp.action_high)
         for i, env in enumerate(self.envs):
-            obs, reward, term, trunc, info = env.step(actions[i])
+            obs, reward, term, trunc, info = self._steps[i](actions[i])
             rewards[i], terminated[i], truncated[i] = reward, term, trunc
-            self.infos[i] = info
+            if info is not None:
+                self.infos[i] = info
             self.episode_return[i] += reward
             self.episode_length[i] += 1
             if term or trunc:

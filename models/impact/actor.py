@@ -45,7 +45,7 @@ class ImpactActor:
         self.cfg, self.seed, self.index, self.generation = cfg, seed, index, generation
         spaces = env_spaces(env_id)
         self.policy = ActorCritic(spaces, cfg.hidden, init_weights=False)
-        self.envs = EnvBatch(env_id, cfg.envs_per_actor, actor_seed(seed, index, generation))
+        self.envs = EnvBatch(env_id, cfg.envs_per_actor, actor_seed(seed, index, generation), lean=True)
         self.layout = cfg.norm_layout(spaces.obs_shape)
         self.held = -1
         """The version of the weights it samples with (-1: none yet)."""

@@ -20,6 +20,7 @@ Variances are population variances (ddof=0), as numpy's ``var`` and SB3 compute 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -95,6 +96,20 @@ class RunningMeanStd:
             self.count = total
             return
         self._merge_moments(float(x.shape[0]), x.mean(axis=0), x.var(axis=0))
+
+    def update_one(self, x: float) -> None:
+        """update() with one sample of a shape-() statistic, in Python floats: numpy does this
+        arithmetic on float64 scalars (IEEE doubles and libm's pow, as Python's floats), so the
+        bits are update()'s, without its array calls (an actor's reward scaler, every step)."""
+        if self.count == 0:
+            self.count, self.mean, self.var = 1.0, np.float64(x), np.float64(0.0)
+            return
+        count = self.count
+        total = count + 1.0
+        delta = x - float(self.mean)
+        self.mean = np.float64(float(self.mean) + delta * (1.0 / total))
+        self.var = np.float64((float(self.var) * count + delta**2 * (count / total)) / total)
+        self.count = total
 
     def merge(self, other: RunningMeanStd) -> RunningMeanStd:
         """Merge another instance's statistics into this one, in place; returns self."""
@@ -226,6 +241,8 @@ class RewardScaler:
 
     def __call__(self, rewards: np.ndarray, dones: np.ndarray, update: bool = True) -> np.ndarray:
         """Scale one step's rewards (shape (num_envs,)); dones = terminated | truncated of this step."""
+        if update and self.returns.shape == (1,):  # one env per actor: the same bits in Python floats
+            return self._scale_one(float(rewards[0]), bool(dones[0]))
         rewards = np.asarray(rewards, dtype=np.float64)
         self.returns = self.returns * self.gamma + rewards
         if update:
@@ -234,6 +251,14 @@ class RewardScaler:
         scaled = np.minimum(np.maximum(rewards / np.sqrt(self.stats.var + self.epsilon), -self.clip), self.clip)
         self.returns[np.asarray(dones, dtype=bool)] = 0.0
         return scaled.astype(np.float32)
+
+    def _scale_one(self, reward: float, done: bool) -> np.ndarray:
+        g = float(self.returns[0]) * self.gamma + reward
+        self.stats.update_one(g)
+        self.delta.update_one(g)
+        scaled = min(max(reward / math.sqrt(float(self.stats.var) + self.epsilon), -self.clip), self.clip)
+        self.returns[0] = 0.0 if done else g
+        return np.array([scaled], dtype=np.float32)
 
 
 def shipped_stats(obs: RunningMeanStd | None, reward: RunningMeanStd | None, gamma: float) -> NormStats | None:

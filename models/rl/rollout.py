@@ -82,7 +82,7 @@ def run_actor(job: ActorJob) -> RolloutBatch:
         envs = EnvPoolBatch(job.env_id, job.envs_per_actor, job.seed * job.envs_per_actor, resume=job.resume)
     else:
         envs = EnvBatch(job.env_id, job.envs_per_actor, job.seed * job.envs_per_actor, reuse=True,
-                        resume=job.resume)
+                        resume=job.resume, lean=True)
     try:
         policy = _policy_for(job.env_id, tuple(job.hidden))
         t_ready = time.time()
