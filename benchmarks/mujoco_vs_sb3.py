@@ -37,6 +37,9 @@ value clipping 0.2, ent 0, vf 0.5, grad norm 0.5, obs and reward normalisation c
     .venv/bin/python -m benchmarks.mujoco_vs_sb3 --variant locomotion --steps 1000000 \\
         --seeds 0 1 2 3 4 --peers rlzoo cleanrl --eval-every 2                  # issue 17's
 
+With --before REF, ours also runs at the commit REF (a git worktree; benchmarks/before_after.py),
+both ours sides in fresh processes: before and after in one run (issue 37).
+
 Long runs resume: the results JSON is written after every run, and a later call with the same
 settings skips each (side, seed) already there (--fresh starts over); a crash loses at most the
 run in flight. --report-only prints the table of what is there.
@@ -56,6 +59,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmarks.before_after import ROOT, call_in, checkout, commit_of, head_commit
 from benchmarks.cpu_meter import CpuMeter, CpuReading, cpu_s_per_1k_steps
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -96,7 +100,9 @@ def peer_name(who: str) -> str:
 
 
 PEER_NAMES = {"ours": "MinionsRL, the preset's Fixed(N), train flow", "rlzoo": "SB3 PPO, RL-Zoo settings",
-              "cleanrl": "SB3 PPO, CleanRL's settings"}
+              "cleanrl": "SB3 PPO, CleanRL's settings",
+              "oursbefore": "MinionsRL at the --before commit, the same settings"}
+BEFORE = "oursbefore"
 
 
 def window_means(ends: list[int], returns: list[float], window: int, total: int) -> list[float]:
@@ -372,7 +378,7 @@ def run_order(seed_index: int, runs: list) -> list:
 
 
 # Settings that results files written before them lack, with the value those runs had.
-SETTINGS_ADDED_LATER = {"stop_at_target": False, "peer_envs": [1]}
+SETTINGS_ADDED_LATER = {"stop_at_target": False, "peer_envs": [1], "before": None}
 
 
 def resumable_rows(out: Path, settings: dict) -> list[dict]:
@@ -496,6 +502,9 @@ def main() -> None:
                         help="stop each run at its first evaluation that reaches J with every episode "
                              "moving forward (needs --eval-every): wall time to J in a fraction of the "
                              "budget's time; the step budget still sets the lr schedule")
+    parser.add_argument("--before", default=None, metavar="REF",
+                        help="also run ours at this commit (a git worktree, benchmarks/before_after.py), "
+                             "before and after in one run; both ours sides then run in fresh processes")
     parser.add_argument("--tracking-uri", default=None)
     parser.add_argument("--out", default=None,
                         help="results JSON (default benchmarks/results/<env>[-variant]_vs_sb3.json)")
@@ -533,7 +542,8 @@ def main() -> None:
                 "fragment": fragment, "carry_episodes": preset["carry_episodes"], "preset_ppo": preset["ppo"],
                 "target": target, "steps": steps,
                 "eval_every": args.eval_every, "eval_episodes": args.eval_episodes, "ppo_overrides": args.ppo,
-                "stop_at_target": args.stop_at_target, "peer_envs": args.peer_envs}
+                "stop_at_target": args.stop_at_target, "peer_envs": args.peer_envs,
+                "before": commit_of(args.before) if args.before else None}
     rows = [] if args.fresh else resumable_rows(out, settings)
     if rows:
         print(f"resuming {out}: {len(rows)} runs done: "
@@ -545,15 +555,24 @@ def main() -> None:
                                    "complete": complete, "rows": rows}, indent=1))
 
     peer_runs = [(peer, n) for peer in args.peers for n in args.peer_envs]
-    whos = ["ours", *(peer_label(p, n) for p, n in peer_runs)]
+    whos = ["ours", *([BEFORE] if args.before else []), *(peer_label(p, n) for p, n in peer_runs)]
     t0 = time.perf_counter()
-    with contextlib.nullcontext() if args.report_only else prefect_api():
+    with contextlib.nullcontext() if args.report_only else prefect_api() as api_url:
         if not args.report_only:
             print(f"temporary Prefect API up in {time.perf_counter() - t0:.1f} s (not counted)", flush=True)
+        before_dir = checkout(args.before)[0] if args.before and not args.report_only else None
+        api = {"PREFECT_API_URL": api_url or ""}
         for i, seed in enumerate([] if args.report_only else args.seeds):
-            runs = [lambda s=seed: ours_run(args.env, s, rounds, tracking_uri, args.eval_episodes,
-                                            target, args.eval_every, args.variant, args.ppo,
-                                            args.stop_at_target)]
+            ours_kwargs = dict(env_id=args.env, seed=seed, rounds=rounds, tracking_uri=tracking_uri,
+                               eval_episodes=args.eval_episodes, target=target, eval_every=args.eval_every,
+                               variant=args.variant, ppo=args.ppo, stop_at_target=args.stop_at_target)
+            if args.before:  # both sides in fresh processes, each in its own checkout
+                runs = [lambda k=ours_kwargs: {**call_in(ROOT, "benchmarks.mujoco_vs_sb3:ours_run", k, api),
+                                               "commit": head_commit()},
+                        lambda k=ours_kwargs: {**call_in(before_dir, "benchmarks.mujoco_vs_sb3:ours_run", k, api),
+                                               "who": BEFORE, "commit": settings["before"]}]
+            else:
+                runs = [lambda k=ours_kwargs: {**ours_run(**k), "commit": head_commit()}]
             runs += [lambda s=seed, p=peer, n=n: {**sb3_run(p, args.env, s, steps, window, args.eval_episodes,
                                                             target, args.eval_every, args.stop_at_target, n),
                                                   "who": peer_label(p, n)}
