@@ -1,20 +1,22 @@
 """IMPACT on the cloud clock: the virtual-time executor (models/impact/cloud_schedule.py,
-tasks/impact/virtual_pool.py) against hand-computed schedules, and against a real run where this
-machine can run the same thing (1 actor and the learner, each on a core)."""
+tasks/impact/virtual_pool.py) against hand-computed schedules, and real actors' boot accounting.
+
+Whether the executor's time and policy lags match a real run (1 actor and the learner, each on a
+core of this machine) is a timing measurement, made by benchmarks/impact_cloud_clock.py (BENCHMARKS.md,
+"IMPACT on the cloud clock"): as a test it failed in CI whenever other processes took a core (the
+real run's lag rose by 0.4 with the actor slowed, the executor's did not), which says nothing
+about the executor."""
 
 from __future__ import annotations
 
 import time
 
-import numpy as np
 import pytest
 
 from models.envs.batch import env_spaces
 from models.impact.cloud_schedule import CloudSchedule
 from models.impact.config import ImpactConfig
 from models.impact.learner import ImpactLearner
-from models.impact.progress import ImpactProgress
-from tasks.impact.learn_chunk import ChunkClock, learn_chunk
 from tasks.impact.local_pool import ImpactActorPool
 from tasks.impact.virtual_pool import VirtualImpactActorPool
 
@@ -84,53 +86,6 @@ def test_a_schedule_needs_an_actor_and_a_finite_boot():
 # -- against a real run ----------------------------------------------------------------------
 
 _CFG = ImpactConfig(actors=1, fragment=256, envs_per_actor=1, batch_fragments=4, buffer_fragments=16, max_reuse=2)
-_STEPS = 150
-
-
-def _run(pool_class: type) -> tuple[float, list[float]]:
-    """_STEPS learner steps with one actor: (the run's time on its clock, each step's mean lag)."""
-    learner = ImpactLearner(env_spaces("CartPole-v1"), _CFG, seed=0, device="cpu")
-    clock = ChunkClock(started_at=time.time())
-    with pool_class("CartPole-v1", _CFG, len(learner.weights_vector()), 0) as pool:
-        if isinstance(pool, VirtualImpactActorPool):
-            clock.cloud = pool.cloud_s
-        pool.publish(learner.weights_vector(), learner.version, learner.norm_state())
-        progress = ImpactProgress(1e9, 10**9, 1e9, 10)
-        lags = [learn_chunk(learner, pool, progress, clock, 1)["impact/policy_lag_mean"] for _ in range(_STEPS)]
-        return clock.cloud_s(), lags
-
-
-def _lags_alike(real: list[float], virtual: list[float]) -> bool:
-    """Mean lags within 0.25 of a step, and each run's mean inside the other's 10-90% range of
-    per-step lags. A step's lag is the mean over its batch's fragments, and which of two patterns a
-    real run falls into depends on the actor's phase against the learner (seen on a quiet machine:
-    a steady 1.0, or 0.75 and 1.75 alternating like the executor's): binned histograms are not alike
-    between two real runs, their means and spreads are."""
-    a, b = np.asarray(real), np.asarray(virtual)
-    (a_low, a_high), (b_low, b_high) = np.quantile(a, [0.1, 0.9]), np.quantile(b, [0.1, 0.9])
-    return abs(a.mean() - b.mean()) <= 0.25 and a_low <= b.mean() <= a_high and b_low <= a.mean() <= b_high
-
-
-def test_with_one_actor_the_executor_matches_a_real_run_in_time_and_policy_lag():
-    """Actor and learner each on a core (this machine has two): the executor's cloud time is within
-    15% of the real run's wall, and its policy lags are alike (_lags_alike).
-
-    Runs alternate (real, virtual); the faster run of each kind is compared, since other work on the
-    machine only adds time and shifts the real run's lags (actor and learner slowed unevenly: in CI a
-    disturbed pair of runs had a mean lag 0.41 above the executor's). A third pair is run when the
-    first two disagree; a wrong schedule (lag 0 against 2) fails every pair."""
-    real, virtual = [], []
-    for attempt in range(3):
-        real.append(_run(ImpactActorPool))
-        virtual.append(_run(VirtualImpactActorPool))
-        fastest_real, fastest_virtual = min(real), min(virtual)
-        timed_alike = abs(fastest_virtual[0] / fastest_real[0] - 1) <= 0.15
-        if attempt > 0 and timed_alike and _lags_alike(fastest_real[1], fastest_virtual[1]):
-            break
-    assert timed_alike, (real, virtual)
-    assert _lags_alike(fastest_real[1], fastest_virtual[1]), (real, virtual)
-
-
 def test_a_real_actors_first_fragment_carries_its_whole_boot_as_the_executors_do():
     """Start-up runs from the process's spawn (interpreter, torch, envs), not from building the
     actor inside it: the serverless reference bill of both pools counts the same thing."""
