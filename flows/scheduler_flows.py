@@ -301,7 +301,7 @@ def learn_from_batch(training: SchedulerTraining, tracker: RunTracker, batch: li
     """Each episode's rewards and record, then one PPO update of the scheduler on the batch."""
     agent, records, learn_from = training.agent, [], []
     for e, summary in zip(batch, summaries, strict=True):
-        rewards = rewards_from_summary(summary, agent.config.beta, agent.config.cost_weight)
+        rewards = rewards_from_summary(summary, agent.config.beta, agent.config.cost_weight, agent.config.reward_clock)
         learn_from.append(Episode.from_trace(summary.scheduler_trace, rewards))
         record = SchedulerEpisodeRecord.from_summary(e, summary, rewards)
         tracker.log_metrics(record.metrics(), step=e)

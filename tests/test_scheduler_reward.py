@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from models.errors import ConfigError
-from models.run.records import STOP_BUDGET
+from models.run.records import STOP_BUDGET, STOP_TARGET
 from models.scheduling.features import SchedulerDecision, SchedulerTrace
 from models.scheduling.reward import episode_rewards, rewards_from_summary, terminal_penalty
 
@@ -80,3 +80,37 @@ def test_the_cost_term_prices_each_rounds_cost_in_seconds():
         episode_rewards([2.0, 1.0], 2, round_costs=[0.5], cost_weight=1.0, **common)
     with pytest.raises(ConfigError, match="cost_weight"):
         episode_rewards([2.0], 1, round_costs=[0.5], cost_weight=-1.0, **common)
+
+
+def test_the_reward_can_read_each_round_on_the_cloud_clock():
+    """clock="cloud": r_k = -beta * (P_k + the round's orchestration), from time/round_cloud_s."""
+    import dataclasses
+
+    from models.run.records import RoundRecord, RunSummary
+    from models.scheduling.agent import AgentConfig
+
+    def record(k: int, p_k: float, cloud_s: float) -> RoundRecord:
+        return RoundRecord.from_metrics(k, {
+            "sched/actors": 2, "rollout/ep_return_mean": 500.0, "rollout/env_steps": 8, "time/round_s": p_k,
+            "time/round_wall_s": cloud_s + 1.0, "time/learner_s": 0.1, "time/actor_mean_s": 0.1,
+            "cost/round_usd": 0.0, "train/loss": 0.0, "train/policy_kl": 0.0, "time/round_cloud_s": cloud_s})
+
+    summary = RunSummary(run_id=None, env_id="CartPole-v1", scheduler="learned", seed=0, stop_reason=STOP_TARGET,
+                         rounds=2, final_return=500.0, best_return=500.0, env_steps=16, cost_usd=0.0,
+                         server_cluster_cost_usd=0.0, time_to_stop_s=3.0, wall_time_s=5.0,
+                         history=(record(0, 1.0, 1.5), record(1, 2.0, 2.25)),
+                         scheduler_trace=SchedulerTrace(
+                             mode="sample", source=None, i_max=4, target_return=475.0, max_rounds=60,
+                             budget_usd=None, features=(),
+                             steps=tuple(SchedulerDecision(k, (0.0,), 0, 1, 0.0, 0.0) for k in range(2))))
+    assert rewards_from_summary(summary).tolist() == pytest.approx([-0.1, -0.2])
+    assert rewards_from_summary(summary, clock="cloud").tolist() == pytest.approx([-0.15, -0.225])
+    with pytest.raises(ConfigError, match="reward clock"):
+        rewards_from_summary(summary, clock="wall")
+    old = dataclasses.replace(summary, history=tuple(dataclasses.replace(h, cloud_s=math.nan) for h in summary.history))
+    with pytest.raises(ValueError, match="cloud times"):
+        rewards_from_summary(old, clock="cloud")  # a history recorded before the cloud clock
+    assert AgentConfig().reward_clock == "p_k"  # the paper's reward stays the default
+    assert AgentConfig().replace({"reward_clock": "cloud"}).reward_clock == "cloud"
+    with pytest.raises(ConfigError, match="reward_clock"):
+        AgentConfig().replace({"reward_clock": "wall"})

@@ -35,6 +35,9 @@ class RoundRecord:
     policy_kl: float
     bound_usd: float = 0.0
     """The upper bound of the round's cost that admitted it (models/billing/budget.py)."""
+    cloud_s: float = math.nan
+    """The round on the cloud clock: P_k plus its measured orchestration (models/run/metrics.py);
+    NaN in checkpoints written before it was recorded."""
 
     @classmethod
     def from_metrics(cls, round_index: int, metrics: dict[str, float]) -> RoundRecord:
@@ -44,7 +47,8 @@ class RoundRecord:
                    wall_s=metrics["time/round_wall_s"], learner_s=metrics["time/learner_s"],
                    actor_mean_s=metrics["time/actor_mean_s"], cost_usd=metrics["cost/round_usd"],
                    loss=metrics["train/loss"], policy_kl=metrics["train/policy_kl"],
-                   bound_usd=metrics.get("cost/round_bound_usd", 0.0))
+                   bound_usd=metrics.get("cost/round_bound_usd", 0.0),
+                   cloud_s=metrics.get("time/round_cloud_s", math.nan))
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from models.rl.normalization import Moments, RunningMeanStd
 from models.rl.ppo import LossCoefficients, ppo_loss
 from models.run.validation import with_overrides
 from models.scheduling.features import FEATURES, SchedulerTrace
+from models.scheduling.reward import REWARD_CLOCKS
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,9 @@ class AgentConfig:
     cost_weight: float = 0.0
     """Seconds of training time one USD of a round's cost C_k is worth in the reward; 0, the
     default, is the paper's time-only reward (models/scheduling/reward.py)."""
+    reward_clock: str = "p_k"
+    """The round time in the reward: "p_k", the paper's P_k (learner + slowest actor), or
+    "cloud", the cloud clock (P_k plus the round's measured orchestration)."""
     gamma: float = 0.99
     """Discount over rounds."""
     gae_lambda: float = 0.95
@@ -68,6 +72,7 @@ class AgentConfig:
             (self.learning_rate > 0, "learning_rate must be > 0"),
             (0 < self.beta < 1, "beta must be in (0, 1)"),
             (self.cost_weight >= 0 and math.isfinite(self.cost_weight), "cost_weight must be finite and >= 0"),
+            (self.reward_clock in REWARD_CLOCKS, f"reward_clock must be one of {REWARD_CLOCKS}"),
             (0 < self.gamma <= 1, "gamma must be in (0, 1]"),
             (0 <= self.gae_lambda <= 1, "gae_lambda must be in [0, 1]"),
             (self.clip_coef > 0, "clip_coef must be > 0"),

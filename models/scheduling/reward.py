@@ -1,5 +1,7 @@
 """The learned scheduler's reward: r_k = -beta * P_k, plus (max_k R_k - J) at the last decision
-when the run missed its target J or ran out of budget.
+when the run missed its target J or ran out of budget. P_k can be read on the cloud clock
+instead (P_k plus the round's measured orchestration: what a schedule of many actors pays in
+dispatch and API calls; issue 35).
 
 Beyond the paper, a round's cost C_k (USD) can enter too, priced in seconds:
 r_k = -beta * (P_k + cost_weight * C_k). cost_weight 0 (the default) is the paper's reward; a
@@ -19,6 +21,9 @@ import numpy as np
 
 from models.errors import ConfigError
 from models.run.records import STOP_BUDGET, RunSummary
+
+REWARD_CLOCKS = ("p_k", "cloud")
+"""A round's time in the reward: the paper's P_k, or the cloud clock (P_k + orchestration)."""
 
 
 def terminal_penalty(best_return: float, target_return: float) -> float:
@@ -56,16 +61,23 @@ def episode_rewards(round_times: Sequence[float], decisions: int, *, target_reac
     return rewards
 
 
-def rewards_from_summary(summary: RunSummary, beta: float = 0.1, cost_weight: float = 0.0) -> np.ndarray:
+def rewards_from_summary(summary: RunSummary, beta: float = 0.1, cost_weight: float = 0.0,
+                         clock: str = "p_k") -> np.ndarray:
     """The rewards of one episode from a `train` summary whose scheduler was learned.
 
-    Uses the summary's per-round history (time/round_s = P_k, cost/round_usd = C_k), stop
-    reason, best return, and the scheduler trace (its decisions and the run's J).
+    Uses the summary's per-round history (the round's time: time/round_s = P_k, or with clock
+    "cloud" time/round_cloud_s; cost/round_usd = C_k), stop reason, best return, and the
+    scheduler trace (its decisions and the run's J).
     """
     trace = summary.scheduler_trace
     if trace is None:
         raise ValueError("the run's summary has no learned-scheduler trace")
-    return episode_rewards([h.round_s for h in summary.history], len(trace.steps),
+    if clock not in REWARD_CLOCKS:
+        raise ConfigError(f"reward clock must be one of {REWARD_CLOCKS}, got {clock!r}")
+    times = [h.round_s if clock == "p_k" else h.cloud_s for h in summary.history]
+    if not all(math.isfinite(t) for t in times):
+        raise ValueError(f"the run's history lacks its rounds' {clock} times")
+    return episode_rewards(times, len(trace.steps),
                            target_reached=summary.target_reached,
                            budget_spent=summary.stop_reason == STOP_BUDGET,
                            best_return=summary.best_return,
