@@ -68,29 +68,41 @@ def _clip10(x: np.ndarray) -> np.ndarray:
     return np.minimum(np.maximum(x, -10), 10)
 
 
+def _forward_step(env: gym.Env, action: np.ndarray, first: int, clip_velocity: bool
+                  ) -> tuple[np.ndarray, np.float64, np.float32]:
+    """The part Hopper's and HalfCheetah's steps share: simulate, then (observation, forward
+    reward, control cost) as their v5 code computes them (the observation's velocities clipped
+    at 10 for Hopper)."""
+    qpos, qvel = env.data.qpos, env.data.qvel
+    x_before = qpos[0]
+    _simulate(env, action)
+    x_velocity = (qpos[0] - x_before) / env.dt
+    observation = np.concatenate((qpos[first:], _clip10(qvel) if clip_velocity else qvel)).ravel()
+    return (observation, env._forward_reward_weight * x_velocity,
+            env._ctrl_cost_weight * np.sum(np.square(action)))
+
+
+def _first_observed(env: gym.Env) -> int:
+    return 1 if env._exclude_current_positions_from_observation else 0
+
+
 def _hopper(env: HopperEnv, limit: TimeLimit) -> LeanStep:
     """hopper_v5.HopperEnv.step with is_healthy computed once."""
     data = env.data
     min_state, max_state = env._healthy_state_range
     min_z, max_z = env._healthy_z_range
     min_angle, max_angle = env._healthy_angle_range
-    first = 1 if env._exclude_current_positions_from_observation else 0
+    first = _first_observed(env)
 
     def step(action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, None]:
-        qpos, qvel = data.qpos, data.qvel
-        x_before = qpos[0]
-        _simulate(env, action)
-        x_velocity = (qpos[0] - x_before) / env.dt
-        observation = np.concatenate((qpos[first:], _clip10(qvel))).ravel()
+        observation, forward_reward, ctrl_cost = _forward_step(env, action, first, clip_velocity=True)
         # is_healthy on Python floats (exact copies): state_vector()[2:] is qpos[2:] then qvel, and
         # a NaN fails every comparison here as in numpy's
-        position = qpos.tolist()
+        position = data.qpos.tolist()
         healthy = (min_z < position[1] < max_z and min_angle < position[2] < max_angle
                    and all(min_state < x < max_state for x in position[2:])
-                   and all(min_state < x < max_state for x in qvel.tolist()))
-        forward_reward = env._forward_reward_weight * x_velocity
+                   and all(min_state < x < max_state for x in data.qvel.tolist()))
         rewards = forward_reward + healthy * env._healthy_reward
-        ctrl_cost = env._ctrl_cost_weight * np.sum(np.square(action))
         terminated = (not healthy) and env._terminate_when_unhealthy
         return observation, rewards - ctrl_cost, terminated, _time_limit(limit), None
 
@@ -99,17 +111,10 @@ def _hopper(env: HopperEnv, limit: TimeLimit) -> LeanStep:
 
 def _half_cheetah(env: HalfCheetahEnv, limit: TimeLimit) -> LeanStep:
     """half_cheetah_v5.HalfCheetahEnv.step."""
-    data = env.data
-    first = 1 if env._exclude_current_positions_from_observation else 0
+    first = _first_observed(env)
 
     def step(action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, None]:
-        qpos, qvel = data.qpos, data.qvel
-        x_before = qpos[0]
-        _simulate(env, action)
-        x_velocity = (qpos[0] - x_before) / env.dt
-        observation = np.concatenate((qpos[first:], qvel)).ravel()
-        forward_reward = env._forward_reward_weight * x_velocity
-        ctrl_cost = env._ctrl_cost_weight * np.sum(np.square(action))
+        observation, forward_reward, ctrl_cost = _forward_step(env, action, first, clip_velocity=False)
         return observation, forward_reward - ctrl_cost, False, _time_limit(limit), None
 
     return step
