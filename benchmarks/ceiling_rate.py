@@ -25,7 +25,7 @@ import torch
 
 from benchmarks.actor_rate import load_average, machine
 from models.envs.batch import close_idle_envs, env_spaces
-from models.envs.envpool_batch import ENVPOOL, ENVPOOL_ENVS, GYMNASIUM
+from models.envs.envpool_batch import ENVPOOL, GYMNASIUM, envpool_task
 from models.rl.ppo import Learner
 from models.rl.rollout import ActorJob, run_actor
 from models.run.presets import resolve_parameters
@@ -71,7 +71,7 @@ def measure(env_id: str, variant: str | None, pool_id: str, repeats: int) -> dic
     cfg = resolve_parameters(given)
     sides = {"ceiling": lambda r: ceiling(pool_id, cfg.envs_per_actor, cfg.fragment, r),
              GYMNASIUM: lambda r: ours(cfg, GYMNASIUM, r)}
-    if env_id in ENVPOOL_ENVS:
+    if envpool_task(env_id) is not None:
         cfg_pool = resolve_parameters({**given, "env_backend": ENVPOOL, "carry_episodes": False})
         sides[ENVPOOL] = lambda r: ours(cfg_pool, ENVPOOL, r)
     runs: dict[str, list[float]] = {k: [] for k in sides}

@@ -97,10 +97,67 @@ def test_an_actor_samples_with_envpool_when_its_job_says_so():
     np.testing.assert_array_equal(batch.obs, again.obs)  # a pool per job, seeded from the job
 
 
+def test_an_atari_lost_life_ends_the_training_episode_and_the_game_goes_on():
+    from models.envs.envpool_batch import EnvPoolBatch
+
+    batch = EnvPoolBatch("QbertNoFrameskip-v4", 1, seed=3)
+    assert batch.spaces.obs_shape == (4, 84, 84) and batch.spaces.n_actions == 6 and batch.obs.dtype == np.uint8
+    rng = np.random.default_rng(0)
+    rewards, ends, lives_at_ends = [], 0, []
+    for t in range(5000):
+        _, reward, term, trunc, final = batch.step(rng.integers(0, 6, 1))
+        rewards.append(float(reward[0]))
+        if final:
+            ends += 1
+            lives_at_ends.append(batch.reset_infos[0]["lives"])
+            if ends == 1:  # a lost life: the game is not over, and the next episode is the same game
+                assert not batch.completed_returns and batch.reset_infos[0]["elapsed_step"] == t + 1
+        if batch.completed_returns:
+            break
+    assert set(rewards) <= {-1.0, 0.0, 1.0}  # training rewards clipped to their sign
+    assert ends == 4 and lives_at_ends == [3, 2, 1, 4]  # Qbert's 4 lives: 3 lost, then game over, a new game
+    assert batch.completed_lengths == [t + 1]  # the game's agent steps, all its lives together
+    score = batch.completed_returns[0]
+    assert score % 25 == 0 and score >= 25 * rewards.count(1.0) > 0  # the unclipped score (25 per cube)
+    batch.close()
+
+
+def test_an_atari_evaluation_env_ends_only_with_the_game_and_keeps_raw_rewards():
+    from models.envs.envpool_batch import EnvPoolBatch
+
+    batch = EnvPoolBatch("QbertNoFrameskip-v4", 1, seed=3, training=False)
+    rng = np.random.default_rng(0)
+    total, steps, final = 0.0, 0, {}
+    while not final and steps < 5000:
+        _, reward, _, _, final = batch.step(rng.integers(0, 6, 1))
+        total += float(reward[0])
+        steps += 1
+    assert batch._info["lives"][0] == 0 and batch.completed_returns == [total] and total % 25 == 0 and total > 25
+    assert batch.completed_lengths == [steps]
+    batch.close()
+
+
+def test_an_atari_actor_samples_with_envpool():
+    from models.envs.batch import env_spaces
+    from models.rl.policy import ActorCritic, weights_to_bytes
+    from models.rl.rollout import ActorJob, run_actor
+    from models.run.presets import resolve_parameters
+
+    cfg = resolve_parameters({"env": "QbertNoFrameskip-v4", "env_backend": "envpool"})
+    assert cfg.env_backend == "envpool"
+    policy = ActorCritic(env_spaces("QbertNoFrameskip-v4"), cfg.ppo.hidden)
+    job = ActorJob(env_id="QbertNoFrameskip-v4", round_index=0, actor_index=0, seed=2, steps_per_env=64,
+                   envs_per_actor=2, hidden=cfg.ppo.hidden, weights=weights_to_bytes(policy), env_backend="envpool")
+    batch = run_actor(job)
+    assert batch.obs.shape == (64, 2, 4, 84, 84) and batch.obs.dtype == np.uint8
+    np.testing.assert_array_equal(batch.obs, run_actor(job).obs)
+
+
 @pytest.mark.parametrize(("given", "says"), [
     ({"env": "CartPole-v1", "env_backend": "envpool"}, "not one of its envs"),
     ({"env": "Hopper-v5", "preset": "locomotion", "env_backend": "envpool"}, "carry episodes"),
     ({"env": "Hopper-v5", "env_backend": "brax"}, "env_backend must be one of"),
+    ({"env": "ALE/Qbert-v5", "env_backend": "envpool"}, "not one of its envs"),  # sticky actions: not ours
 ])
 def test_a_backend_that_cannot_run_the_workload_is_refused_before_anything_starts(given, says):
     from models.run.presets import resolve_parameters

@@ -10,7 +10,16 @@ agree to 1e-4, its derived observation parts (inertias, body velocities, actuato
 forces) by ~1e-2, and its info x_position is the torso's (gymnasium's: the centre of mass). What EnvPool
 does not have: the state snapshots that carry an episode on to the next round's actor
 (carry_episodes), and a reset seed per env per job (its envs are seeded once, when built, with
-seed + i, so a pool is built per job). Atari stays on gymnasium here (not wired yet).
+seed + i, so a pool is built per job).
+
+Atari: the "<Game>NoFrameskip-v4" ids run as EnvPool's "<Game>-v5" with the settings of
+models/envs/atari.py (no sticky actions, up to 30 no-op starts, frame skip 4 with max-pooling,
+84x84 greyscale by area, 4 stacked frames, FIRE at reset, 27,000 agent steps = ALE's 108,000
+frames; training: a lost life ends the training episode and rewards are clipped to their sign).
+What differs: EnvPool presses FIRE once after a reset (ours FIRE then action 2) and after a lost
+life continues without a no-op step, and its no-op draws come from its own generator, so frames
+are not the same as gymnasium's from the same seed (tests/test_envpool.py checks the contract:
+lives carry on, the game score is the unclipped sum over the whole game).
 """
 
 from __future__ import annotations
@@ -30,6 +39,27 @@ ENVPOOL_ENVS = frozenset({"Hopper-v5", "HalfCheetah-v5", "Humanoid-v5", "Walker2
                           "InvertedPendulum-v5", "InvertedDoublePendulum-v5", "Reacher-v5", "Pusher-v5",
                           "HumanoidStandup-v5"})
 """The gymnasium ids EnvPool has under the same name with the same dynamics (MuJoCo v5)."""
+ATARI_SUFFIX = "NoFrameskip-v4"
+
+
+def envpool_task(env_id: str) -> str | None:
+    """EnvPool's id for a gymnasium id it can stand in for (MuJoCo v5 under the same id; Atari
+    "<Game>NoFrameskip-v4" as "<Game>-v5" where EnvPool has the game), else None."""
+    if env_id in ENVPOOL_ENVS:
+        return env_id
+    if env_id.endswith(ATARI_SUFFIX) and "/" not in env_id and _envpool() is not None:
+        task = env_id[: -len(ATARI_SUFFIX)] + "-v5"
+        return task if task in _envpool().list_all_envs() else None
+    return None
+
+
+def _make_kwargs(env_id: str, training: bool) -> dict:
+    """models/envs/atari.py's setting, where EnvPool's defaults are not it already."""
+    if env_id in ENVPOOL_ENVS:
+        return {}
+    return {"episodic_life": training, "reward_clip": training, "repeat_action_probability": 0.0,
+            "noop_max": 30, "frame_skip": 4, "img_height": 84, "img_width": 84, "stack_num": 4,
+            "gray_scale": True, "use_fire_reset": True, "max_episode_steps": 27000}
 
 
 @functools.cache
@@ -47,26 +77,33 @@ def check_env_backend(env_id: str, backend: str, carry_episodes: bool = False) -
         raise ConfigError(f"env_backend must be one of {ENV_BACKENDS}, got {backend!r}")
     if backend == GYMNASIUM:
         return
-    if env_id not in ENVPOOL_ENVS:
+    if _envpool() is None:
+        raise ConfigError("env_backend envpool needs the envpool package: pip install -e '.[envpool]'")
+    if envpool_task(env_id) is None:
         raise ConfigError(f"env_backend envpool: {env_id} is not one of its envs with gymnasium's dynamics "
-                          f"({sorted(ENVPOOL_ENVS)}); use env_backend gymnasium")
+                          f"({sorted(ENVPOOL_ENVS)}, or an Atari <Game>{ATARI_SUFFIX} it has the ROM of); "
+                          "use env_backend gymnasium")
     if carry_episodes:
         raise ConfigError("env_backend envpool cannot carry episodes to the next round (it has no state "
                           "snapshots): turn carry_episodes off or use env_backend gymnasium")
-    if _envpool() is None:
-        raise ConfigError("env_backend envpool needs the envpool package: pip install -e '.[envpool]'")
 
 
 class EnvPoolBatch:
     """N envs of one EnvPool pool, reset on the step that ends an episode (EnvBatch's contract: no
-    dummy transition from EnvPool's next-step autoreset: a finished env is reset at once)."""
+    dummy transition from EnvPool's next-step autoreset: a finished env is reset at once, by
+    stepping only the ended envs, which is that autoreset; for Atari it continues the game after
+    a lost life, where EnvPool's reset() would restart it)."""
 
     def __init__(self, env_id: str, num_envs: int, seed: int, training: bool = True,
                  resume: Sequence[EnvSnapshot] = ()):
         check_env_backend(env_id, ENVPOOL, carry_episodes=bool(resume))
         self.env_id, self.training, self.num_envs = env_id, training, num_envs
-        self.pool = _envpool().make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed, num_threads=1)
+        self.pool = _envpool().make(envpool_task(env_id), env_type="gymnasium", num_envs=num_envs, seed=seed,
+                                    num_threads=1, **_make_kwargs(env_id, training))
         self.spaces: EnvSpaces = spaces_of(self.pool)
+        # Atari: the return that counts is the real game's score, the unclipped sum over all lives
+        self.game_scores = env_id not in ENVPOOL_ENVS
+        self._idle_actions = np.zeros((num_envs, *self.pool.action_space.shape), self.pool.action_space.dtype)
         obs, info = self.pool.reset()
         self.obs = np.array(obs)
         self.reset_infos: list[dict] = [_env_info(info, i) for i in range(num_envs)]
@@ -77,7 +114,7 @@ class EnvPoolBatch:
         self.completed_lengths: list[int] = []
         self.resumed = False
         self.resumed_reward_returns = np.zeros(num_envs, dtype=np.float64)
-        self.game_scores = False
+        self.game_score = np.zeros(num_envs, dtype=np.float64)
 
     @property
     def infos(self) -> list[dict]:
@@ -99,20 +136,30 @@ class EnvPoolBatch:
         self._info = info  # per-env dicts only when asked (infos): building them every step costs
         self.episode_return += rewards
         self.episode_length += 1
+        if self.game_scores:
+            self.game_score += info["reward"]
         final_obs: dict[int, np.ndarray] = {}
         done = np.flatnonzero(terminated | truncated)
         for i in done:
             final_obs[int(i)] = obs[i].copy()
-            self.completed_returns.append(float(self.episode_return[i]))
-            self.completed_lengths.append(int(self.episode_length[i]))
+            if not self.game_scores:
+                self._complete(i, float(self.episode_return[i]), int(self.episode_length[i]))
+            elif truncated[i] or info["terminated"][i]:  # the game is over, not only a life
+                self._complete(i, float(self.game_score[i]), int(info["elapsed_step"][i]))
+                self.game_score[i] = 0.0
             self.episode_return[i], self.episode_length[i] = 0.0, 0
-        if done.size:
-            new_obs, reset_info = self.pool.reset(done.astype(np.int32))
+        if done.size:  # EnvPool's autoreset (the action is ignored), now instead of on the next step
+            ids = done.astype(np.int32)
+            new_obs, _, _, _, reset_info = self.pool.step(self._idle_actions[ids], ids)
             obs[done] = new_obs
             for j, i in enumerate(done):
                 self.reset_infos[int(i)] = _env_info(reset_info, j)
         self.obs = obs
         return self.obs, rewards, terminated, truncated, final_obs
+
+    def _complete(self, i: int, episode_return: float, length: int) -> None:
+        self.completed_returns.append(episode_return)
+        self.completed_lengths.append(length)
 
     def close(self, broken: bool = False) -> None:
         self.pool.close()
