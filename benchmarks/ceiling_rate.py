@@ -8,6 +8,12 @@ send (the workload's preset: envs per actor, fragment, observation normalisation
 policy's weights), its sampling rate, with env_backend gymnasium and, where EnvPool has the env
 with gymnasium's dynamics, env_backend envpool. Interleaved, median of --repeats, pinned to one
 core with one torch thread, in one run. Writes benchmarks/results/ceiling_rate.json.
+
+    .venv/bin/python -m benchmarks.ceiling_rate --env Hopper-v5 HalfCheetah-v5 --envs 1 2 4 8 \
+        --out benchmarks/results/ceiling_rate_envs.json
+
+--envs: the same with N envs per actor instead of the preset's (its fragment divided by N, so an
+actor samples as many steps): does batching more envs in one actor close the gap?
 """
 
 from __future__ import annotations
@@ -65,9 +71,12 @@ def ours(cfg, backend: str, seed: int) -> float:
     return batch.steps / batch.timings.sampling_s
 
 
-def measure(env_id: str, variant: str | None, pool_id: str, repeats: int) -> dict:
-    """One workload's three sides, interleaved, `repeats` times; medians and ratios to the ceiling."""
+def measure(env_id: str, variant: str | None, pool_id: str, repeats: int, envs: int | None = None) -> dict:
+    """One workload's three sides, interleaved, `repeats` times; medians and ratios to the ceiling.
+    envs: that many envs per actor (the preset's fragment / envs steps each) instead of the preset's."""
     given = {"env": env_id, **({"preset": variant} if variant else {})}
+    if envs is not None:
+        given.update(envs_per_actor=envs, fragment=resolve_parameters(given).fragment // envs)
     cfg = resolve_parameters(given)
     sides = {"ceiling": lambda r: ceiling(pool_id, cfg.envs_per_actor, cfg.fragment, r),
              GYMNASIUM: lambda r: ours(cfg, GYMNASIUM, r)}
@@ -89,6 +98,7 @@ def main() -> None:
     parser.add_argument("--env", nargs="*", help="gymnasium ids among the default workloads (default: all)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--core", type=int, default=1)
+    parser.add_argument("--envs", type=int, nargs="*", help="envs per actor to measure instead of the preset's")
     parser.add_argument("--out", default=str(RESULTS / "ceiling_rate.json"))
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
@@ -98,14 +108,15 @@ def main() -> None:
     for env_id, variant, pool_id in WORKLOADS:
         if args.env and env_id not in args.env:
             continue
-        row = measure(env_id, variant, pool_id, args.repeats)
-        rows.append(row)
-        med = row["median_steps_per_s"]
-        print(f"{env_id}{'-' + variant if variant else ''} ({row['envs_per_actor']} envs, {row['fragment']} steps): "
-              f"ceiling {med['ceiling']:,.0f} steps/s; ours, gymnasium {med[GYMNASIUM]:,.0f} "
-              f"({row['gymnasium_over_ceiling']:.2f})"
-              + (f"; ours, envpool {med[ENVPOOL]:,.0f} ({row['envpool_over_ceiling']:.2f})" if ENVPOOL in med else ""),
-              flush=True)
+        for envs in args.envs or [None]:
+            row = measure(env_id, variant, pool_id, args.repeats, envs)
+            rows.append(row)
+            med = row["median_steps_per_s"]
+            print(f"{env_id}{'-' + variant if variant else ''} ({row['envs_per_actor']} envs, {row['fragment']} steps): "
+                  f"ceiling {med['ceiling']:,.0f} steps/s; ours, gymnasium {med[GYMNASIUM]:,.0f} "
+                  f"({row['gymnasium_over_ceiling']:.2f})"
+                  + (f"; ours, envpool {med[ENVPOOL]:,.0f} ({row['envpool_over_ceiling']:.2f})" if ENVPOOL in med
+                     else ""), flush=True)
     result = {"started_utc": started.isoformat(timespec="seconds"), "core": args.core, "repeats": args.repeats,
               "load_average_before": load_before, "load_average_after": load_average(), "machine": machine(),
               "rows": rows}

@@ -36,7 +36,6 @@ from models.report.table2_cells import (
     DEFAULT_WORKLOADS,
     IMPACT,
     LEARNED,
-    LEARNED_FOR,
     RAMPS,
     SERVER_CLUSTER,
     Cell,
@@ -98,9 +97,10 @@ def table2(
         workload_seeds: per workload name, its own seeds instead (e.g. 3 for Humanoid-v5).
         workload_settings: per workload name, workload values over its preset, e.g.
             {"Humanoid-v5": {"target_return": 600}}.
-        learned: per env id, the learned scheduler (a checkpoint path, packaged name or MLflow
-            URI) instead of the env's packaged one (CartPole-v1 cartpole-v9, Hopper-v5 hopper,
-            HalfCheetah-v5 halfcheetah; other envs the CartPole one, transferred).
+        learned: per workload name or env id, the learned scheduler (a checkpoint path, packaged
+            name or MLflow URI) instead of the workload's packaged one (CartPole-v1 cartpole-v9,
+            Hopper-v5 hopper, HalfCheetah-v5 halfcheetah, HalfCheetah-v5-locomotion
+            halfcheetah-locomotion; other workloads the CartPole one, transferred).
         only: run only these cells: filters field=value[,field=value] over workload, system and
             seed (any filter may match); the table still shows every finished cell.
         placement: where the actors run (default local).
@@ -177,9 +177,8 @@ def cell_call(cell: Cell, workload: Workload, placement: Placement, learned: dic
     else:
         spec = cell.system
         if cell.system == LEARNED:
-            ref = learned_ref(workload.env, learned)
+            ref, own = learned_ref(cell.workload, learned)
             spec = learned_spec(ref)
-            own = workload.env in learned or workload.env in LEARNED_FOR
             label = f"learned ({ref}{'' if own else ', transferred'})"
         elif cell.system in RAMPS:
             spec = ramp_spec(cell.system, resolve_run_config(workload, placement, scheduler="max").max_rounds)

@@ -16,10 +16,14 @@ Atari: the "<Game>NoFrameskip-v4" ids run as EnvPool's "<Game>-v5" with the sett
 models/envs/atari.py (no sticky actions, up to 30 no-op starts, frame skip 4 with max-pooling,
 84x84 greyscale by area, 4 stacked frames, FIRE at reset, 27,000 agent steps = ALE's 108,000
 frames; training: a lost life ends the training episode and rewards are clipped to their sign).
-What differs: EnvPool presses FIRE once after a reset (ours FIRE then action 2) and after a lost
-life continues without a no-op step, and its no-op draws come from its own generator, so frames
-are not the same as gymnasium's from the same seed (tests/test_envpool.py checks the contract:
-lives carry on, the game score is the unclipped sum over the whole game).
+What differs: EnvPool presses FIRE once after a reset (ours FIRE then action 2), continues after
+a lost life without our no-op step, draws its no-ops from its own generator, and its frames are
+not ours pixel for pixel: from a reset without no-ops, FIRE aligned, the same 273 random actions
+on Qbert lost lives at the same steps but gave 4 different rewards, and the game ended on
+gymnasium's side only (measured 2026-12-05). So an EnvPool Atari run is a run of a close
+relative of the gymnasium env, not the same env; tests/test_envpool.py checks the contract (a lost
+life ends the training episode and the game goes on; the game score is the unclipped sum over
+the whole game; an evaluation env ends only with the game).
 """
 
 from __future__ import annotations

@@ -38,9 +38,10 @@ DEFAULT_SYSTEMS = (LEARNED, "fixed:1", "fixed:2", "fixed:4", "fixed:8", "fixed:1
 """Issue 35's rows: the workload's learned scheduler, the Fixed(N) sweep (its best is a row of the
 table), Max (= Fixed(32)), Adapt, Increase, Decrease, the server cluster and IMPACT with 32 actors."""
 DEFAULT_WORKLOADS = ("CartPole-v1", "Hopper-v5-locomotion", "HalfCheetah-v5-locomotion")
-LEARNED_FOR = {"CartPole-v1": SHIPPED, "Hopper-v5": "hopper", "HalfCheetah-v5": "halfcheetah"}
-"""Each workload's own packaged scheduler; another env's `learned` row is the shipped CartPole-v1
-one, transferred (its label says so)."""
+LEARNED_FOR = {"CartPole-v1": SHIPPED, "Hopper-v5": "hopper", "HalfCheetah-v5": "halfcheetah",
+               "HalfCheetah-v5-locomotion": "halfcheetah-locomotion"}
+"""Each workload's own packaged scheduler, by workload name (a variant's own, else its env's);
+another env's `learned` row is the shipped CartPole-v1 one, transferred (its label says so)."""
 RAMP_CENTRE, RAMP_STEPS = 8, 10
 
 
@@ -134,9 +135,16 @@ def workload_parts(name: str) -> tuple[str, str | None]:
     return name, None
 
 
-def learned_ref(env_id: str, given: Mapping[str, str]) -> str:
-    """The learned scheduler of a workload's env: the user's (by env id), else LEARNED_FOR's, else SHIPPED."""
-    return given.get(env_id) or LEARNED_FOR.get(env_id, SHIPPED)
+def learned_ref(workload: str, given: Mapping[str, str]) -> tuple[str, bool]:
+    """The learned scheduler of a workload (its name: env id, -variant for a variant) and whether it
+    is the workload's own: the user's (by workload name or env id), else LEARNED_FOR's (by name,
+    then by env id), else SHIPPED, transferred."""
+    env, _ = workload_parts(workload)
+    for table in (given, LEARNED_FOR):
+        for key in (workload, env):
+            if key in table:
+                return table[key], True
+    return SHIPPED, False
 
 
 def ramp_spec(system: str, max_rounds: int) -> str:
