@@ -89,7 +89,8 @@ def test_each_workload_gets_its_own_learned_scheduler_unless_told():
     assert learned_ref("Hopper-v5", {"Hopper-v5": "hopper-scratch"}) == ("hopper-scratch", True)
     # a variant's own scheduler, else its env's; the user's by workload name or env id
     assert learned_ref("HalfCheetah-v5-locomotion", {}) == ("halfcheetah-locomotion", True)
-    assert learned_ref("Hopper-v5-locomotion", {}) == ("hopper", True)
+    assert learned_ref("Hopper-v5-locomotion", {}) == ("hopper-locomotion", True)
+    assert learned_ref("Humanoid-v5-locomotion", {}) == (SHIPPED, False)
     assert learned_ref("HalfCheetah-v5-locomotion", {"HalfCheetah-v5": "x.pt"}) == ("x.pt", True)
     assert learned_ref("Hopper-v5-locomotion", {"Hopper-v5-locomotion": "y.pt", "Hopper-v5": "x.pt"}) == ("y.pt", True)
 

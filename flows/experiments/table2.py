@@ -99,8 +99,9 @@ def table2(
             {"Humanoid-v5": {"target_return": 600}}.
         learned: per workload name or env id, the learned scheduler (a checkpoint path, packaged
             name or MLflow URI) instead of the workload's packaged one (CartPole-v1 cartpole-v9,
-            Hopper-v5 hopper, HalfCheetah-v5 halfcheetah, HalfCheetah-v5-locomotion
-            halfcheetah-locomotion; other workloads the CartPole one, transferred).
+            Hopper-v5 hopper, HalfCheetah-v5 halfcheetah, Hopper-v5-locomotion hopper-locomotion,
+            HalfCheetah-v5-locomotion halfcheetah-locomotion; other workloads the CartPole one,
+            transferred).
         only: run only these cells: filters field=value[,field=value] over workload, system and
             seed (any filter may match); the table still shows every finished cell.
         placement: where the actors run (default local).

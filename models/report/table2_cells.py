@@ -39,7 +39,7 @@ DEFAULT_SYSTEMS = (LEARNED, "fixed:1", "fixed:2", "fixed:4", "fixed:8", "fixed:1
 table), Max (= Fixed(32)), Adapt, Increase, Decrease, the server cluster and IMPACT with 32 actors."""
 DEFAULT_WORKLOADS = ("CartPole-v1", "Hopper-v5-locomotion", "HalfCheetah-v5-locomotion")
 LEARNED_FOR = {"CartPole-v1": SHIPPED, "Hopper-v5": "hopper", "HalfCheetah-v5": "halfcheetah",
-               "HalfCheetah-v5-locomotion": "halfcheetah-locomotion"}
+               "Hopper-v5-locomotion": "hopper-locomotion", "HalfCheetah-v5-locomotion": "halfcheetah-locomotion"}
 """Each workload's own packaged scheduler, by workload name (a variant's own, else its env's);
 another env's `learned` row is the shipped CartPole-v1 one, transferred (its label says so)."""
 RAMP_CENTRE, RAMP_STEPS = 8, 10
