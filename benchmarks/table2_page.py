@@ -19,7 +19,7 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-from models.report.table2_cells import code_fingerprint
+from models.report.table2_cells import DEFAULT_SYSTEMS, code_fingerprint
 from models.report.table2_rows import page_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,6 +35,15 @@ def _commit(code: str) -> str:
                           text=True, check=False).stdout.strip() or "unknown"
     same = code_fingerprint(ROOT) == code
     return f"{head}" if same else f"not {head} (its code differs from the cells'); fingerprint {code[:12]}"
+
+
+def _systems(workload: str, results: dict) -> list[str]:
+    """The table's rows of a workload: its finished cells' systems and its missing ones', in the
+    order of the default rows (others after them)."""
+    found = {c["system"] for c in results["cells"] if c["workload"] == workload}
+    found |= {label.split(" / ")[1] for label in results["missing"] if label.startswith(f"{workload} / ")}
+    order = {system: i for i, system in enumerate(DEFAULT_SYSTEMS)}
+    return sorted(found, key=lambda system: (order.get(system, len(order)), system))
 
 
 def render(client: MlflowClient, table: str, experiment: str) -> tuple[str, dict]:
@@ -60,9 +69,11 @@ def render(client: MlflowClient, table: str, experiment: str) -> tuple[str, dict
         start = min(times[r].start_time for r in mine)
         end = max(times[r].end_time or times[r].start_time for r in mine)
         settings = {k: v for k, v in results["workloads"][name].items() if v is not None and k not in ("env", "preset")}
+        systems = _systems(name, results)
         lines += [f"## {name}", "",
                   f"`python -m flows.experiments table2 --table {table} --workloads {name} --seeds "
                   f"{' '.join(map(str, results['seeds'][name]))}"
+                  + (f" --systems {' '.join(systems)}" if set(systems) != set(DEFAULT_SYSTEMS) else "")
                   + (f" --workload-settings '{json.dumps({name: settings})}'" if settings else "") + "`; "
                   f"cells ran {_utc(start)} to {_utc(end)}.", "", page_table(rows), ""]
         checks = {k: v for k, v in results["checks"].items() if k.startswith(f"{name}: ")}

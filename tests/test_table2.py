@@ -52,7 +52,7 @@ def test_a_table_resumes_after_a_crash_reuses_finished_cells_and_reruns_changed_
     from benchmarks.table2_page import render  # the results page, generated from the results file
 
     page, _ = render(client, "toy", "minionsrl-experiments")
-    assert "## CartPole-v1" in page and "--workloads CartPole-v1 --seeds 0" in page
+    assert "## CartPole-v1" in page and "--workloads CartPole-v1 --seeds 0 --systems fixed:1 fixed:2" in page
     assert "| fixed:2 | 1 | 0 |" in page and "Missing cells" not in page
 
     ran.clear()
