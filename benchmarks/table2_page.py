@@ -6,6 +6,9 @@
 Reads the newest parent run of the table (tag minionsrl.table) and its results/results.json, and
 writes one table per workload with the command that reproduces it, the dates its cells ran, the
 code fingerprint and the commit that has it, and the machine; `--json` keeps a copy of the file.
+`--figure` also draws the learned row's actors per round on every seed (with the training return
+they drove) from its cells' MLflow metrics, and states each run's phases next to the paper's three
+(many actors, fewer, more).
 """
 
 from __future__ import annotations
@@ -13,13 +16,20 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
+import os
 import subprocess
 import tempfile
 from pathlib import Path
 
-from mlflow.tracking import MlflowClient
+import matplotlib
 
-from models.report.table2_cells import DEFAULT_SYSTEMS, code_fingerprint
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from mlflow.tracking import MlflowClient  # noqa: E402
+
+from models.report.experiment_stats import phase_shape, phases  # noqa: E402
+from models.report.table2_cells import DEFAULT_SYSTEMS, LEARNED, code_fingerprint  # noqa: E402
 from models.report.table2_rows import page_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,6 +94,46 @@ def render(client: MlflowClient, table: str, experiment: str) -> tuple[str, dict
     return "\n".join(lines), results
 
 
+def _curve(client: MlflowClient, run_id: str, metric: str) -> list[float]:
+    return [m.value for m in sorted(client.get_metric_history(run_id, metric), key=lambda m: m.step)]
+
+
+def schedule_figure(client: MlflowClient, results: dict, out: Path, page: Path, system: str = LEARNED) -> str:
+    """Per workload, a row's (`system`'s) actors per round and training return on each seed: one
+    figure (`out`), and the markdown that states each run's phases (mean actors over the first,
+    middle and last third of its rounds) next to the paper's many-fewer-more; `page` is where the
+    markdown goes (the figure's link is relative to it)."""
+    workloads = [w for w in results["tables"] if any(c["workload"] == w and c["system"] == system
+                                                      for c in results["cells"])]
+    if not workloads:
+        return ""
+    fig, axes = plt.subplots(2, len(workloads), figsize=(6 * len(workloads), 7), squeeze=False, sharex="col")
+    lines = [f"## The {system} row's schedules", "",
+             f"![actors per round]({os.path.relpath(out, page.parent)}): actors I_k per round (top) and the "
+             f"training return R_k (bottom) of the {system} row's run on each seed. The paper saw three phases: "
+             "many actors early, fewer in the middle, more late.", "",
+             "| workload | seed | rounds | mean actors, first / middle / last third | shape |", "|---|---|---|---|---|"]
+    for i, name in enumerate(workloads):
+        cells = sorted((c for c in results["cells"] if c["workload"] == name and c["system"] == system),
+                       key=lambda c: c["seed"])
+        for cell in cells:
+            actors = _curve(client, cell["run_id"], "sched/actors")
+            returns = _curve(client, cell["run_id"], "rollout/ep_return_mean")
+            axes[0][i].step(range(len(actors) + 1), actors + actors[-1:], where="post", label=f"seed {cell['seed']}")
+            axes[1][i].plot(range(len(returns)), returns)
+            early, middle, late = phases(actors)
+            thirds = " / ".join("-" if math.isnan(x) else f"{x:.1f}" for x in (early, middle, late))
+            lines.append(f"| {name} | {cell['seed']} | {len(actors)} | {thirds} "
+                         f"| {phase_shape(early, middle, late)} |")
+        axes[0][i].set(title=f"{name}: {cells[0]['row']}", ylabel="actors I_k")
+        axes[0][i].legend(fontsize=8)
+        axes[1][i].set(xlabel="round k", ylabel="training return R_k")
+    fig.tight_layout()
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+    return "\n".join(lines + [""])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tracking-uri", required=True)
@@ -91,8 +141,12 @@ def main() -> None:
     parser.add_argument("--experiment", default="minionsrl-experiments")
     parser.add_argument("--out", default="docs/table2.md")
     parser.add_argument("--json", help="also copy the results file here")
+    parser.add_argument("--figure", help="draw the learned row's actors per round here (a .png)")
     args = parser.parse_args()
-    page, results = render(MlflowClient(args.tracking_uri), args.table, args.experiment)
+    client = MlflowClient(args.tracking_uri)
+    page, results = render(client, args.table, args.experiment)
+    if args.figure:
+        page += "\n" + schedule_figure(client, results, Path(args.figure), Path(args.out))
     Path(args.out).write_text(page)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))

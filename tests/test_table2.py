@@ -54,6 +54,13 @@ def test_a_table_resumes_after_a_crash_reuses_finished_cells_and_reruns_changed_
     page, _ = render(client, "toy", "minionsrl-experiments")
     assert "## CartPole-v1" in page and "--workloads CartPole-v1 --seeds 0 --systems fixed:1 fixed:2" in page
     assert "| fixed:2 | 1 | 0 |" in page and "Missing cells" not in page
+    from benchmarks.table2_page import schedule_figure  # a row's actors per round, from its cells' metrics
+
+    figure = tmp_path / "results" / "toy_actors.png"
+    figure.parent.mkdir()
+    lines = schedule_figure(client, _, figure, tmp_path / "docs" / "toy.md", system="fixed:2")
+    assert figure.stat().st_size > 0 and "](../results/toy_actors.png)" in lines
+    assert "| CartPole-v1 | 0 | 2 | 2.0 / 2.0 / - | other |" in lines  # 2 rounds: no last third
 
     ran.clear()
     third = table2(**args)  # nothing changed: nothing runs
