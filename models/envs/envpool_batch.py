@@ -33,6 +33,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from models.envs.atari import is_atari
 from models.envs.batch import EnvSpaces, spaces_of
 from models.envs.snapshot import EnvSnapshot
 from models.errors import ConfigError
@@ -59,7 +60,7 @@ def envpool_task(env_id: str) -> str | None:
 
 def _make_kwargs(env_id: str, training: bool) -> dict:
     """models/envs/atari.py's setting, where EnvPool's defaults are not it already."""
-    if env_id in ENVPOOL_ENVS:
+    if not is_atari(env_id):
         return {}
     return {"episodic_life": training, "reward_clip": training, "repeat_action_probability": 0.0,
             "noop_max": 30, "frame_skip": 4, "img_height": 84, "img_width": 84, "stack_num": 4,
@@ -106,7 +107,7 @@ class EnvPoolBatch:
                                     num_threads=1, **_make_kwargs(env_id, training))
         self.spaces: EnvSpaces = spaces_of(self.pool)
         # Atari: the return that counts is the real game's score, the unclipped sum over all lives
-        self.game_scores = env_id not in ENVPOOL_ENVS
+        self.game_scores = is_atari(env_id)
         self._idle_actions = np.zeros((num_envs, *self.pool.action_space.shape), self.pool.action_space.dtype)
         obs, info = self.pool.reset()
         self.obs = np.array(obs)
