@@ -122,3 +122,27 @@ def test_each_row_says_which_schedule_it_ran():
     assert learned.label == "learned (cartpole-v9, transferred)" and learned.scheduler == "learned:cartpole-v9"
     cluster = cell_call(Cell("CartPole-v1", "server-cluster", 100), cartpole, Placement(), {})
     assert (cluster.label, cluster.scheduler, cluster.system) == ("server cluster", "fixed:32", "server-cluster")
+
+
+def test_a_learned_cell_is_keyed_by_its_scheduler_bytes(tmp_path):
+    """A retrained scheduler re-runs the cells that load it (and only those: its bytes are in their
+    settings, not in the code fingerprint)."""
+    from flows.experiments.table2 import cell_call
+    from models.report.table2_cells import Cell, cell_key
+    from models.run.workload import Workload
+    from models.scheduling.learned import shipped_checkpoint
+
+    cell, cartpole = Cell("CartPole-v1", "learned", 100), Workload(env="CartPole-v1")
+    copy = tmp_path / "mine.pt"
+    copy.write_bytes(shipped_checkpoint().read_bytes())
+    packaged = cell_call(cell, cartpole, Placement(), {})
+    mine = cell_call(cell, cartpole, Placement(), {"CartPole-v1": str(copy)})
+    assert packaged.settings()["scheduler_sha256"] == mine.settings()["scheduler_sha256"]  # the same bytes
+    before = cell_key(cell, "code", mine.settings())
+    copy.write_bytes(shipped_checkpoint("cartpole-v3").read_bytes())  # retrained in place
+    after = cell_call(cell, cartpole, Placement(), {"CartPole-v1": str(copy)})
+    assert cell_key(cell, "code", after.settings()) != before
+    fixed = cell_call(Cell("CartPole-v1", "fixed:2", 100), cartpole, Placement(), {})
+    assert "scheduler_sha256" not in fixed.settings()
+    with pytest.raises(ConfigError, match="no scheduler checkpoint"):
+        cell_call(cell, cartpole, Placement(), {"CartPole-v1": str(tmp_path / "gone.pt")})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from models.errors import ConfigError
@@ -10,6 +12,7 @@ from models.report.table2_cells import (
     Cell,
     cell_key,
     code_fingerprint,
+    file_digest,
     learned_ref,
     plan_cells,
     ramp_spec,
@@ -50,8 +53,9 @@ def test_the_code_fingerprint_follows_every_source_file(tmp_path):
     (tmp_path / "models" / "ppo.py").write_text("LR = 1e-3\n")
     second = code_fingerprint(tmp_path, ("models", "flows"))
     assert second != first
-    (tmp_path / "models" / "hopper.pt").write_bytes(b"a packaged scheduler")  # its weights decide runs too
-    assert code_fingerprint(tmp_path, ("models", "flows")) != second
+    (tmp_path / "models" / "hopper.pt").write_bytes(b"a packaged scheduler")  # not code: its cells key its bytes
+    assert code_fingerprint(tmp_path, ("models", "flows")) == second
+    assert file_digest(tmp_path / "models" / "hopper.pt") == hashlib.sha256(b"a packaged scheduler").hexdigest()
 
 
 def test_only_takes_any_filter_and_all_parts_of_one():

@@ -41,6 +41,7 @@ from models.report.table2_cells import (
     Cell,
     cell_key,
     code_fingerprint,
+    file_digest,
     learned_ref,
     plan_cells,
     ramp_spec,
@@ -51,6 +52,8 @@ from models.report.table2_rows import CellResult, workload_rows
 from models.run.config import SYSTEM_CLUSTER
 from models.run.presets import resolve_run_config
 from models.run.workload import Placement, Workload
+from models.scheduling.learned import resolve_checkpoint
+from models.scheduling.learned_spec import is_mlflow_uri
 
 
 @dataclass(frozen=True)
@@ -64,10 +67,13 @@ class CellCall:
     workload: Workload
     placement: Placement
     system: str
+    scheduler_sha256: str | None = None
+    """A learned cell's scheduler checkpoint's bytes (None for an MLflow URI: a logged artifact)."""
 
     def settings(self) -> JSONObject:
+        given = {"scheduler_sha256": self.scheduler_sha256} if self.scheduler_sha256 else {}
         return {"scheduler": self.scheduler, "system": self.system, "workload": self.workload.to_json(),
-                "placement": self.placement.to_json()}
+                "placement": self.placement.to_json(), **given}
 
 
 def table2_run_name() -> str:
@@ -176,15 +182,16 @@ def cell_call(cell: Cell, workload: Workload, placement: Placement, learned: dic
         cores = PriceTable.load(workload.prices_file).server_actor_cores
         call = CellCall("server cluster", f"fixed:{cores}", cluster, cluster_placement, SYSTEM_CLUSTER)
     else:
-        spec = cell.system
+        spec, digest = cell.system, None
         if cell.system == LEARNED:
             ref, own = learned_ref(cell.workload, learned)
             spec = learned_spec(ref)
             label = f"learned ({ref}{'' if own else ', transferred'})"
+            digest = None if is_mlflow_uri(ref) else file_digest(resolve_checkpoint(ref))
         elif cell.system in RAMPS:
             spec = ramp_spec(cell.system, resolve_run_config(workload, placement, scheduler="max").max_rounds)
             label = f"{cell.system} ({spec})"
-        call = CellCall(label, spec, workload, placement, "serverless")
+        call = CellCall(label, spec, workload, placement, "serverless", digest)
     resolve_run_config(call.workload, call.placement, scheduler=call.scheduler, seed=cell.seed,
                        **({"system": SYSTEM_CLUSTER} if call.system == SYSTEM_CLUSTER else {}))
     return call

@@ -4,8 +4,10 @@ finished with the same code and settings and reruns the others.
 
 A cell's key is sha256 over the code fingerprint (every source file of the layers that decide a
 training's result: models/, flows/, tasks/) and the cell's settings as canonical JSON (sorted
-keys; the paths a run writes to left out by the caller). Either changing makes a new key, so a
-cached cell is never reported for code or settings it did not run with. `--only` picks a subset:
+keys; the paths a run writes to left out by the caller; a learned cell's settings hold its
+scheduler checkpoint's sha256). Either changing makes a new key, so a cached cell is never
+reported for code, settings or a scheduler it did not run with, and a new or retrained scheduler
+re-runs only the cells that load it. `--only` picks a subset:
 each filter is `field=value[,field=value...]` over workload, system and seed (all of one filter
 must match; any filter may). Pure: no Prefect, no MLflow.
 """
@@ -25,8 +27,9 @@ from models.scheduling.learned_spec import SHIPPED
 
 CODE_LAYERS = ("models", "flows", "tasks")
 """The source folders whose code decides a training's result (deployments/ only starts servers)."""
-CODE_SUFFIXES = frozenset({".py", ".toml", ".json", ".pt"})
-"""Source, presets, price tables, and the packaged schedulers' checkpoints (models/data/schedulers)."""
+CODE_SUFFIXES = frozenset({".py", ".toml", ".json"})
+"""Source, presets and price tables. The packaged schedulers' checkpoints (.pt) are not code: a
+learned cell's settings carry the sha256 of the one it loads (`file_digest`)."""
 
 CELL_FIELDS = ("workload", "system", "seed")
 
@@ -69,6 +72,11 @@ def code_fingerprint(root: Path, layers: Sequence[str] = CODE_LAYERS) -> str:
                 continue
             digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a file's bytes (a scheduler checkpoint's, for its cells' keys)."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def cell_key(cell: Cell, code: str, settings: Mapping[str, object]) -> str:
