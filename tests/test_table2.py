@@ -4,6 +4,8 @@ and settings, and `only` with changed settings."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -66,6 +68,11 @@ def test_a_table_resumes_after_a_crash_reuses_finished_cells_and_reruns_changed_
     third = table2(**args)  # nothing changed: nothing runs
     assert ran == [] and third.run_id == second.run_id and len(third.kept) == 2
     assert third.tables == second.tables
+    from benchmarks.figure_export import export  # an experiment's plot and results, copied beside the page
+
+    exported = export(client, third.run_id, "toy_table", out=tmp_path)
+    assert (tmp_path / "toy_table.png").stat().st_size > 0 and exported["export"]["run_id"] == third.run_id
+    assert json.loads((tmp_path / "toy_table.json").read_text())["tables"] == third.tables
 
     # other settings: every key changes; `only` runs one cell and the other is missing, not stale
     changed = {**args, "workload_settings": {"CartPole-v1": {**TWO_ROUNDS, "max_rounds": 3}}, "only": ["system=fixed:2"]}
