@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 # run starts, in `train`'s body: the command line checks its input first, in about 2 s, not 6.
 
 PARAMETER_DOCS = {
-    "scheduler": "fixed:N, max, adapt, increase:N[:step[:every]], decrease:N[:step[:every]], switch:A:B:P "
+    "scheduler": "fixed:N, max, adapt, increase:N[:step[:every[:rounds]]], decrease:N[:step[:every[:rounds]]], switch:A:B:P "
                  "(A actors until R_k reaches P% of J, then B) or learned[:<path, packaged name or MLflow "
                  "URI>][:sample]; an MLflow URI is downloaded from this run's tracking_uri (into "
                  "checkpoint_dir/scheduler-artifacts).",

@@ -176,6 +176,7 @@ def test_ramp_that_would_leave_the_range_is_refused(spec, i_max, rounds):
         ("increase:4", Ramp, "increase4"),
         ("decrease:4:1", Ramp, "decrease4"),
         ("decrease:4:1:20", Ramp, "decrease4"),
+        ("decrease:8:1:3:28", Ramp, "decrease8"),
     ],
 )
 def test_make_scheduler_parses(spec, kind, name):
@@ -203,7 +204,8 @@ def test_make_scheduler_passes_its_arguments():
         ("max:3", "unknown scheduler"),
         ("adapt:5", "unknown scheduler"),
         ("increase", "unknown scheduler"),
-        ("increase:4:2:10:1", "unknown scheduler"),
+        ("increase:4:2:10:40:1", "unknown scheduler"),
+        ("increase:8:1:3:0", "rounds must be >= 1"),
         ("fixed:x", "integers"),
         ("fixed:8.5", "integers"),
         ("fixed:0", "i_max"),

@@ -123,7 +123,8 @@ def test_each_row_says_which_schedule_it_ran():
     from models.run.workload import Workload
 
     cartpole, hopper = Workload(env="CartPole-v1"), Workload(env="Humanoid-v5")
-    assert cell_call(Cell("CartPole-v1", "increase", 100), cartpole, Placement(), {}).label == "increase (increase:8:1:6)"
+    ramp = cell_call(Cell("CartPole-v1", "increase", 100), cartpole, Placement(), {})
+    assert ramp.label == "increase (fixed:8's budget over its rounds)" and ramp.scheduler == "increase:8:1:6:60"
     assert cell_call(Cell("CartPole-v1", "learned", 100), cartpole, Placement(), {}).label == "learned (cartpole-v9)"
     learned = cell_call(Cell("Humanoid-v5", "learned", 100), hopper, Placement(), {})
     assert learned.label == "learned (cartpole-v9, transferred)" and learned.scheduler == "learned:cartpole-v9"
@@ -153,3 +154,23 @@ def test_a_learned_cell_is_keyed_by_its_scheduler_bytes(tmp_path):
     assert "scheduler_sha256" not in fixed.settings()
     with pytest.raises(ConfigError, match="no scheduler checkpoint"):
         cell_call(cell, cartpole, Placement(), {"CartPole-v1": str(tmp_path / "gone.pt")})
+
+
+def test_a_ramp_runs_over_the_rounds_its_seeds_fixed_8_cell_took():
+    from types import SimpleNamespace
+
+    from flows.experiments.table2 import cell_call, over_base_rounds
+    from models.report.table2_cells import Cell
+    from models.run.workload import Workload
+
+    cell = Cell("CartPole-v1", "decrease", 101)
+    call = cell_call(cell, Workload(env="CartPole-v1"), Placement(), {})
+    other_seed = SimpleNamespace(cell=Cell("CartPole-v1", "fixed:8", 100), summary=SimpleNamespace(rounds=30))
+    assert over_base_rounds(call, cell, [other_seed]) is None  # its own seed's Fixed(8) has not finished
+    base = SimpleNamespace(cell=Cell("CartPole-v1", "fixed:8", 101), summary=SimpleNamespace(rounds=9))
+    ramp = over_base_rounds(call, cell, [other_seed, base])
+    assert ramp.scheduler == "decrease:8:1:1:9" and ramp.label == call.label  # one row, whatever each seed's rounds
+    assert ramp.settings() != call.settings()  # the spec run is the cache key's
+    fixed = Cell("CartPole-v1", "fixed:2", 101)
+    fixed_call = cell_call(fixed, Workload(env="CartPole-v1"), Placement(), {})
+    assert over_base_rounds(fixed_call, fixed, []) is fixed_call

@@ -100,15 +100,27 @@ def test_each_workload_gets_its_own_learned_scheduler_unless_told():
 
 
 @pytest.mark.parametrize(("system", "rounds", "spec"), [
-    ("increase", 60, "increase:8:1:6"), ("decrease", 488, "decrease:8:1:49"), ("increase", 5, "increase:8:1:1")])
-def test_the_ramps_span_ten_steps_of_the_workloads_rounds(system, rounds, spec):
+    ("increase", 60, "increase:8:1:6:60"), ("decrease", 28, "decrease:8:1:3:28"), ("increase", 5, "increase:8:1:1:5")])
+def test_the_ramps_spread_fixed_8s_budget_over_the_rounds_it_took(system, rounds, spec):
     assert ramp_spec(system, rounds) == spec
     from models.scheduling.schedulers import RoundState, make_scheduler
 
-    ramp = make_scheduler(spec, 32, rounds, 100.0)
+    ramp = make_scheduler(spec, 32, 488, 100.0)  # K = 488: the spec's own rounds, not K, centre it
     counts = [ramp.choose(RoundState(k, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0)) for k in range(rounds)]
     assert min(counts) >= 3 and max(counts) <= 13  # 8 -+ 4.5, clipped to whole actors
-    assert (counts[0] < counts[-1]) == (system == "increase") or rounds < 10
+    assert (counts[0] < counts[-1]) == (system == "increase")
+    blocks = -(-rounds // ramp.every)
+    assert abs(sum(counts[: blocks * ramp.every]) / (blocks * ramp.every) - 8) <= 0.5  # Fixed(8)'s budget
+    with pytest.raises(ConfigError, match="rounds >= 1"):
+        ramp_spec(system, 0)
+
+
+def test_a_seeds_ramps_come_after_its_fixed_8_cell_and_need_it():
+    cells = plan_cells(["CartPole-v1"], ["increase", "fixed:8", "decrease", "max"], {"CartPole-v1": [100, 101]})
+    assert [(c.seed, c.system) for c in cells] == [(100, "fixed:8"), (100, "max"), (100, "increase"), (100, "decrease"),
+                                                    (101, "fixed:8"), (101, "max"), (101, "increase"), (101, "decrease")]
+    with pytest.raises(ConfigError, match="add fixed:8"):
+        plan_cells(["CartPole-v1"], ["increase", "max"], {"CartPole-v1": [100]})
 
 
 def test_a_ramp_is_only_increase_or_decrease():

@@ -36,6 +36,7 @@ from models.report.table2_cells import (
     DEFAULT_WORKLOADS,
     IMPACT,
     LEARNED,
+    RAMP_BASE,
     RAMPS,
     SERVER_CLUSTER,
     Cell,
@@ -97,7 +98,7 @@ def table2(
         workloads: env ids, with -<preset variant> for a variant (default CartPole-v1,
             Hopper-v5-locomotion, HalfCheetah-v5-locomotion).
         systems: the rows: learned (the workload's scheduler), fixed:N, max, adapt, increase and
-            decrease (around Fixed(8)'s actor budget over the workload's K rounds), server-cluster,
+            decrease (Fixed(8)'s actor budget over the rounds Fixed(8) took on the seed), server-cluster,
             impact (32 actors on the cloud clock); default all of them with the Fixed sweep 1-16.
         seeds: the seeds of every workload (default the held-out 100-104).
         workload_seeds: per workload name, its own seeds instead (e.g. 3 for Humanoid-v5).
@@ -136,7 +137,10 @@ def table2(
         exp.plan(len(chosen))
         results: list[CellResult] = []
         for cell in cells:
-            call, key = calls[cell], cell_key(cell, code, calls[cell].settings())
+            if (call := over_base_rounds(calls[cell], cell, results)) is None:
+                logger.warning("%s: not run, its seed's %s cell has not finished (run it first)", cell.label, RAMP_BASE)
+                continue
+            key = cell_key(cell, code, call.settings())
             if cell in chosen:
                 results.append(run_cell(exp, cell, call, key))
                 logger.info("%s: %s", cell.label, cell_outcome(results[-1]))  # the console's progress
@@ -188,13 +192,22 @@ def cell_call(cell: Cell, workload: Workload, placement: Placement, learned: dic
             spec = learned_spec(ref)
             label = f"learned ({ref}{'' if own else ', transferred'})"
             digest = None if is_mlflow_uri(ref) else file_digest(resolve_checkpoint(ref))
-        elif cell.system in RAMPS:
+        elif cell.system in RAMPS:  # checked here over K; run over its seed's RAMP_BASE rounds (over_base_rounds)
             spec = ramp_spec(cell.system, resolve_run_config(workload, placement, scheduler="max").max_rounds)
-            label = f"{cell.system} ({spec})"
+            label = f"{cell.system} ({RAMP_BASE}'s budget over its rounds)"
         call = CellCall(label, spec, workload, placement, "serverless", digest)
     resolve_run_config(call.workload, call.placement, scheduler=call.scheduler, seed=cell.seed,
                        **({"system": SYSTEM_CLUSTER} if call.system == SYSTEM_CLUSTER else {}))
     return call
+
+
+def over_base_rounds(call: CellCall, cell: Cell, done: list[CellResult]) -> CellCall | None:
+    """A ramp's call spread over the rounds its seed's RAMP_BASE cell took (None while that cell
+    has not finished); any other cell's call as it is."""
+    if cell.system not in RAMPS:
+        return call
+    base = next((r.summary for r in done if r.cell == Cell(cell.workload, RAMP_BASE, cell.seed)), None)
+    return None if base is None else dataclasses.replace(call, scheduler=ramp_spec(cell.system, base.rounds))
 
 
 def _run_label(cell: Cell, call: CellCall) -> str:

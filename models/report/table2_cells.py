@@ -35,7 +35,7 @@ CELL_FIELDS = ("workload", "system", "seed")
 
 SERVER_CLUSTER, IMPACT, LEARNED = "server-cluster", "impact", "learned"
 RAMPS = ("increase", "decrease")
-"""Systems whose scheduler spec depends on the workload (ramp_spec)."""
+"""Systems whose scheduler spec depends on the rounds of the same seed's RAMP_BASE cell (ramp_spec)."""
 DEFAULT_SYSTEMS = (LEARNED, "fixed:1", "fixed:2", "fixed:4", "fixed:8", "fixed:16", "max", "adapt", *RAMPS,
                    SERVER_CLUSTER, IMPACT)
 """Issue 35's rows: the workload's learned scheduler, the Fixed(N) sweep (its best is a row of the
@@ -46,6 +46,8 @@ LEARNED_FOR = {"CartPole-v1": SHIPPED, "Hopper-v5": "hopper", "HalfCheetah-v5": 
 """Each workload's own packaged scheduler, by workload name (a variant's own, else its env's);
 another env's `learned` row is the shipped CartPole-v1 one, transferred (its label says so)."""
 RAMP_CENTRE, RAMP_STEPS = 8, 10
+RAMP_BASE = f"fixed:{RAMP_CENTRE}"
+"""The row whose rounds on a seed the ramps of that seed spread Fixed(RAMP_CENTRE)'s budget over."""
 
 
 @dataclass(frozen=True)
@@ -92,14 +94,19 @@ def _refuse(value: object) -> object:
 
 def plan_cells(workloads: Sequence[str], systems: Sequence[str], seeds: Mapping[str, Sequence[int]]) -> list[Cell]:
     """Every (workload, system, seed) in order: workload by workload, seed by seed, system by system
-    (a seed's rows run together, so an interrupted table has whole seeds to compare)."""
+    (a seed's rows run together, so an interrupted table has whole seeds to compare), a seed's
+    ramps last (their spec needs the rounds of its RAMP_BASE cell)."""
     missing = [w for w in workloads if not seeds.get(w)]
     if missing:
         raise ConfigError(f"no seeds given for {missing}")
     duplicated = sorted({s for s in systems if list(systems).count(s) > 1})
     if duplicated:
         raise ConfigError(f"systems named twice: {duplicated}")
-    return [Cell(w, s, seed) for w in workloads for seed in seeds[w] for s in systems]
+    if set(RAMPS) & set(systems) and RAMP_BASE not in systems:
+        raise ConfigError(f"increase / decrease spread {RAMP_BASE}'s actor budget over its rounds: "
+                          f"add {RAMP_BASE} to the systems")
+    ordered = sorted(systems, key=lambda s: s in RAMPS)  # a seed's ramps after its RAMP_BASE cell
+    return [Cell(w, s, seed) for w in workloads for seed in seeds[w] for s in ordered]
 
 
 def parse_only(filters: Iterable[str]) -> list[dict[str, str]]:
@@ -155,9 +162,13 @@ def learned_ref(workload: str, given: Mapping[str, str]) -> tuple[str, bool]:
     return SHIPPED, False
 
 
-def ramp_spec(system: str, max_rounds: int) -> str:
-    """Increase / Decrease around Fixed(RAMP_CENTRE)'s actor budget over the workload's K rounds:
-    one actor more (fewer) every K/RAMP_STEPS rounds, so from 3-4 to 12-13 actors whatever K is."""
+def ramp_spec(system: str, rounds: int) -> str:
+    """Increase / Decrease with Fixed(RAMP_CENTRE)'s actor budget over `rounds` rounds (in a table,
+    the rounds Fixed(RAMP_CENTRE) took to stop on the same seed, RAMP_BASE's cell): one actor more
+    (fewer) every rounds/RAMP_STEPS rounds, so from 3-4 to 12-13 actors over those rounds, whatever
+    their number (over K, a workload that stops at K/10 would never ramp)."""
     if system not in RAMPS:
         raise ConfigError(f"{system!r} is not one of the ramps {RAMPS}")
-    return f"{system}:{RAMP_CENTRE}:1:{max(math.ceil(max_rounds / RAMP_STEPS), 1)}"
+    if rounds < 1:
+        raise ConfigError(f"a ramp needs rounds >= 1, got {rounds}")
+    return f"{system}:{RAMP_CENTRE}:1:{max(math.ceil(rounds / RAMP_STEPS), 1)}:{rounds}"

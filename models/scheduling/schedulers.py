@@ -98,7 +98,8 @@ class Ramp(_Stateless):
     """Increase / Decrease: step the count by `step` every `every` rounds.
 
     Centred on n so that over `rounds` rounds the total actor budget equals Fixed(n)'s
-    (the CartPole-v1 motivation experiment); counts are clipped to [1, i_max].
+    (the CartPole-v1 motivation experiment); past them it keeps stepping; counts are clipped to
+    [1, i_max].
     """
 
     def __init__(self, n: int, i_max: int, rounds: int, direction: int, step: int = 2,
@@ -148,14 +149,14 @@ class Switch:
         self.switched = bool(state["switched"])
 
 
-SCHEDULER_SPECS = ("fixed:N, max, adapt, increase:N[:step[:every]], decrease:N[:step[:every]], "
+SCHEDULER_SPECS = ("fixed:N, max, adapt, increase:N[:step[:every[:rounds]]], decrease:N[:step[:every[:rounds]]], "
          "switch:before:after:percent_of_J or learned[:<path or MLflow URI>][:sample]")
 
 
 def make_scheduler(spec: str, i_max: int, max_rounds: int, target_return: float,
                    budget_usd: float | None = None, seed: int = 0) -> Scheduler:
-    """Parse 'fixed:N', 'max', 'adapt', 'increase:N[:step[:every]]', 'decrease:N[:step[:every]]',
-    'switch:before:after:percent' (of J).
+    """Parse 'fixed:N', 'max', 'adapt', 'increase:N[:step[:every[:rounds]]]', 'decrease:...' (a
+    ramp with Fixed(N)'s budget over `rounds` rounds, default max_rounds), 'switch:before:after:percent' (of J).
 
     budget_usd and seed are for schedulers that need them (the learned scheduler).
     'learned[:<path>][:sample]' loads a trained scheduler (models/scheduling/learned.py); without a
@@ -179,9 +180,12 @@ def make_scheduler(spec: str, i_max: int, max_rounds: int, target_return: float,
         return Max(i_max)
     if name == "adapt" and not numbers:
         return Adapt(target_return, i_max)
-    if name in ("increase", "decrease") and 1 <= len(numbers) <= 3:
+    if name in ("increase", "decrease") and 1 <= len(numbers) <= 4:
         direction = 1 if name == "increase" else -1
-        return Ramp(numbers[0], i_max, max_rounds, direction, *numbers[1:])
+        if len(numbers) == 4 and numbers[3] < 1:
+            raise ConfigError(f"scheduler {spec!r}: the ramp's rounds must be >= 1")
+        rounds = numbers[3] if len(numbers) == 4 else max_rounds
+        return Ramp(numbers[0], i_max, rounds, direction, *numbers[1:3])
     if name == "switch" and len(numbers) == 3:
         return Switch(*numbers, target_return=target_return, i_max=i_max)
     raise ConfigError(f"unknown scheduler {spec!r}; use {SCHEDULER_SPECS}")
