@@ -29,7 +29,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 from models.report.experiment_stats import phase_shape, phases  # noqa: E402
-from models.report.table2_cells import DEFAULT_SYSTEMS, LEARNED, code_fingerprint  # noqa: E402
+from models.report.table2_cells import DEFAULT_SYSTEMS, LEARNED, code_fingerprint, learned_ref  # noqa: E402
 from models.report.table2_rows import page_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,6 +54,14 @@ def _systems(workload: str, results: dict) -> list[str]:
     found |= {label.split(" / ")[1] for label in results["missing"] if label.startswith(f"{workload} / ")}
     order = {system: i for i, system in enumerate(DEFAULT_SYSTEMS)}
     return sorted(found, key=lambda system: (order.get(system, len(order)), system))
+
+
+def _learned_option(workload: str, results: dict) -> str:
+    """` --learned <workload>=<ref>` when the learned row ran another scheduler than the workload's own."""
+    rows = {c["row"] for c in results["cells"] if c["workload"] == workload and c["system"] == LEARNED}
+    refs = {row.removeprefix("learned (").removesuffix(")").removesuffix(", transferred") for row in rows}
+    own, _ = learned_ref(workload, {})
+    return "".join(f" --learned {workload}={ref}" for ref in sorted(refs) if ref != own)
 
 
 def render(client: MlflowClient, table: str, experiment: str) -> tuple[str, dict]:
@@ -84,6 +92,7 @@ def render(client: MlflowClient, table: str, experiment: str) -> tuple[str, dict
                   f"`python -m flows.experiments table2 --table {table} --workloads {name} --seeds "
                   f"{' '.join(map(str, results['seeds'][name]))}"
                   + (f" --systems {' '.join(systems)}" if set(systems) != set(DEFAULT_SYSTEMS) else "")
+                  + _learned_option(name, results)
                   + (f" --workload-settings '{json.dumps({name: settings})}'" if settings else "") + "`; "
                   f"cells ran {_utc(start)} to {_utc(end)}.", "", page_table(rows), ""]
         checks = {k: v for k, v in results["checks"].items() if k.startswith(f"{name}: ")}
