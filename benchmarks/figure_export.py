@@ -12,7 +12,6 @@ rows as a markdown table.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import shutil
 import subprocess
@@ -21,14 +20,11 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
+from benchmarks.table2_page import utc_text
 from models.report.experiment_stats import markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-
-
-def _utc(ms: int | None) -> str:
-    return dt.datetime.fromtimestamp((ms or 0) / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def export(client: MlflowClient, run_id: str, name: str, out: Path = RESULTS) -> dict:
@@ -42,8 +38,8 @@ def export(client: MlflowClient, run_id: str, name: str, out: Path = RESULTS) ->
     with tempfile.TemporaryDirectory() as tmp:
         shutil.copyfile(client.download_artifacts(run_id, plots[0], tmp), out / f"{name}.png")
         results = json.loads(Path(client.download_artifacts(run_id, "results/results.json", tmp)).read_text())
-    results["export"] = {"run_id": run_id, "run_name": run.info.run_name, "started": _utc(run.info.start_time),
-                         "ended": _utc(run.info.end_time), "commit_checked_out": commit}
+    results["export"] = {"run_id": run_id, "run_name": run.info.run_name, "started": utc_text(run.info.start_time),
+                         "ended": utc_text(run.info.end_time), "commit_checked_out": commit}
     (out / f"{name}.json").write_text(json.dumps(results, indent=1))
     return results
 

@@ -35,7 +35,8 @@ from models.report.table2_rows import page_table
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _utc(ms: int | None) -> str:
+def utc_text(ms: int | None) -> str:
+    """An MLflow time (ms since the epoch) as the results pages write it."""
     return dt.datetime.fromtimestamp((ms or 0) / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
@@ -94,7 +95,7 @@ def render(client: MlflowClient, table: str, experiment: str) -> tuple[str, dict
                   + (f" --systems {' '.join(systems)}" if set(systems) != set(DEFAULT_SYSTEMS) else "")
                   + _learned_option(name, results)
                   + (f" --workload-settings '{json.dumps({name: settings})}'" if settings else "") + "`; "
-                  f"cells ran {_utc(start)} to {_utc(end)}.", "", page_table(rows), ""]
+                  f"cells ran {utc_text(start)} to {utc_text(end)}.", "", page_table(rows), ""]
         checks = {k: v for k, v in results["checks"].items() if k.startswith(f"{name}: ")}
         lines += [f"- {k.split(': ', 1)[1]}: {'yes' if v else 'no'}" for k, v in checks.items()]
         lines.append("")

@@ -174,3 +174,17 @@ def test_a_ramp_runs_over_the_rounds_its_seeds_fixed_8_cell_took():
     fixed = Cell("CartPole-v1", "fixed:2", 101)
     fixed_call = cell_call(fixed, Workload(env="CartPole-v1"), Placement(), {})
     assert over_base_rounds(fixed_call, fixed, []) is fixed_call
+
+
+def test_the_page_names_a_learned_scheduler_that_is_not_the_workloads_own():
+    from benchmarks.table2_page import _learned_option
+
+    def results(row: str) -> dict:
+        return {"cells": [{"workload": "HalfCheetah-v5-locomotion", "system": "learned", "row": row},
+                          {"workload": "HalfCheetah-v5-locomotion", "system": "fixed:2", "row": "fixed:2"}]}
+
+    assert _learned_option("HalfCheetah-v5-locomotion", results("learned (halfcheetah-locomotion)")) == ""
+    mine = results("learned (/tmp/hc-48ep.pt)")
+    assert _learned_option("HalfCheetah-v5-locomotion", mine) == " --learned HalfCheetah-v5-locomotion=/tmp/hc-48ep.pt"
+    transferred = {"cells": [{"workload": "Humanoid-v5", "system": "learned", "row": "learned (cartpole-v9, transferred)"}]}
+    assert _learned_option("Humanoid-v5", transferred) == ""  # the shipped one, transferred: the default
