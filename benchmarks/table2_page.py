@@ -20,6 +20,7 @@ import math
 import os
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib
@@ -29,7 +30,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 from models.report.experiment_stats import phase_shape, phases  # noqa: E402
-from models.report.table2_cells import DEFAULT_SYSTEMS, LEARNED, code_fingerprint, learned_ref  # noqa: E402
+from models.report.table2_cells import (  # noqa: E402
+    DEFAULT_SYSTEMS,
+    LEARNED,
+    code_fingerprint,
+    is_learned,
+    learned_ref,
+)
 from models.report.table2_rows import page_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,7 +61,8 @@ def _systems(workload: str, results: dict) -> list[str]:
     found = {c["system"] for c in results["cells"] if c["workload"] == workload}
     found |= {label.split(" / ")[1] for label in results["missing"] if label.startswith(f"{workload} / ")}
     order = {system: i for i, system in enumerate(DEFAULT_SYSTEMS)}
-    return sorted(found, key=lambda system: (order.get(system, len(order)), system))
+    order.update({s: order[LEARNED] for s in found if is_learned(s)})  # named learned rows after `learned`
+    return sorted(found, key=lambda system: (order.get(system, len(order)), system != LEARNED, system))
 
 
 def _learned_option(workload: str, results: dict) -> str:
@@ -108,22 +116,24 @@ def _curve(client: MlflowClient, run_id: str, metric: str) -> list[float]:
     return [m.value for m in sorted(client.get_metric_history(run_id, metric), key=lambda m: m.step)]
 
 
-def schedule_figure(client: MlflowClient, results: dict, out: Path, page: Path, system: str = LEARNED) -> str:
-    """Per workload, a row's (`system`'s) actors per round and training return on each seed: one
-    figure (`out`), and the markdown that states each run's phases (mean actors over the first,
-    middle and last third of its rounds) next to the paper's many-fewer-more; `page` is where the
-    markdown goes (the figure's link is relative to it)."""
-    workloads = [w for w in results["tables"] if any(c["workload"] == w and c["system"] == system
-                                                      for c in results["cells"])]
-    if not workloads:
+def schedule_figure(client: MlflowClient, results: dict, out: Path, page: Path,
+                    which: Callable[[str], bool] = is_learned) -> str:
+    """Per workload and row that `which` picks (the learned ones: `learned`, `learned:<ref>`), its actors per round and training
+    return on each seed: one figure (`out`), and the markdown that states each run's phases (mean
+    actors over the first, middle and last third of its rounds) next to the paper's many-fewer-more;
+    `page` is where the markdown goes (the figure's link is relative to it)."""
+    columns = [(w, s) for w in results["tables"] for s in _systems(w, results) if which(s)
+               and any(c["workload"] == w and c["system"] == s for c in results["cells"])]
+    if not columns:
         return ""
-    fig, axes = plt.subplots(2, len(workloads), figsize=(6 * len(workloads), 7), squeeze=False, sharex="col")
-    lines = [f"## The {system} row's schedules", "",
+    fig, axes = plt.subplots(2, len(columns), figsize=(6 * len(columns), 7), squeeze=False, sharex="col")
+    lines = ["## The learned rows' schedules", "",
              f"![actors per round]({os.path.relpath(out, page.parent)}): actors I_k per round (top) and the "
-             f"training return R_k (bottom) of the {system} row's run on each seed. The paper saw three phases: "
+             "training return R_k (bottom) of each learned row's run on each seed. The paper saw three phases: "
              "many actors early, fewer in the middle, more late.", "",
-             "| workload | seed | rounds | mean actors, first / middle / last third | shape |", "|---|---|---|---|---|"]
-    for i, name in enumerate(workloads):
+             "| workload | row | seed | rounds | mean actors, first / middle / last third | shape |",
+             "|---|---|---|---|---|---|"]
+    for i, (name, system) in enumerate(columns):
         cells = sorted((c for c in results["cells"] if c["workload"] == name and c["system"] == system),
                        key=lambda c: c["seed"])
         for cell in cells:
@@ -133,7 +143,7 @@ def schedule_figure(client: MlflowClient, results: dict, out: Path, page: Path, 
             axes[1][i].plot(range(len(returns)), returns)
             early, middle, late = phases(actors)
             thirds = " / ".join("-" if math.isnan(x) else f"{x:.1f}" for x in (early, middle, late))
-            lines.append(f"| {name} | {cell['seed']} | {len(actors)} | {thirds} "
+            lines.append(f"| {name} | {cell['row']} | {cell['seed']} | {len(actors)} | {thirds} "
                          f"| {phase_shape(early, middle, late)} |")
         axes[0][i].set(title=f"{name}: {cells[0]['row']}", ylabel="actors I_k")
         axes[0][i].legend(fontsize=8)
@@ -151,7 +161,7 @@ def main() -> None:
     parser.add_argument("--experiment", default="minionsrl-experiments")
     parser.add_argument("--out", default="docs/table2.md")
     parser.add_argument("--json", help="also copy the results file here")
-    parser.add_argument("--figure", help="draw the learned row's actors per round here (a .png)")
+    parser.add_argument("--figure", help="draw the learned rows' actors per round here (a .png)")
     args = parser.parse_args()
     client = MlflowClient(args.tracking_uri)
     page, results = render(client, args.table, args.experiment)

@@ -4,6 +4,7 @@ and settings, and `only` with changed settings."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -60,9 +61,9 @@ def test_a_table_resumes_after_a_crash_reuses_finished_cells_and_reruns_changed_
 
     figure = tmp_path / "results" / "toy_actors.png"
     figure.parent.mkdir()
-    lines = schedule_figure(client, _, figure, tmp_path / "docs" / "toy.md", system="fixed:2")
+    lines = schedule_figure(client, _, figure, tmp_path / "docs" / "toy.md", which=lambda s: s == "fixed:2")
     assert figure.stat().st_size > 0 and "](../results/toy_actors.png)" in lines
-    assert "| CartPole-v1 | 0 | 2 | 2.0 / 2.0 / - | other |" in lines  # 2 rounds: no last third
+    assert "| CartPole-v1 | fixed:2 | 0 | 2 | 2.0 / 2.0 / - | other |" in lines  # 2 rounds: no last third
 
     ran.clear()
     third = table2(**args)  # nothing changed: nothing runs
@@ -93,7 +94,10 @@ def test_a_table_refuses_bad_cells_before_any_run(prefect_api_url, mlflow_uri, m
                       ({"only": ["system=max"]}, "matches no cell"),
                       ({"workload_settings": {"CartPole-v1": {"colour": 1}}}, "colour"),
                       ({"workload_seeds": {"Hopper-v5": [1]}}, "not in the table"),
-                      ({"workloads": ["Hopper-v5-sprinting"]}, "sprinting")]:
+                      ({"workloads": ["Hopper-v5-sprinting"]}, "sprinting"),
+                      ({"systems": ["learned", "learned:cartpole-v9"]}, "same scheduler"),
+                      ({"systems": ["learned:"]}, "not a learned row"),
+                      ({"systems": ["learned:no-such-scheduler"]}, "no-such-scheduler")]:
         with pytest.raises(ConfigError, match=says):
             table2.fn(**{**base, **bad})
 
@@ -130,6 +134,24 @@ def test_each_row_says_which_schedule_it_ran():
     assert learned.label == "learned (cartpole-v9, transferred)" and learned.scheduler == "learned:cartpole-v9"
     cluster = cell_call(Cell("CartPole-v1", "server-cluster", 100), cartpole, Placement(), {})
     assert (cluster.label, cluster.scheduler, cluster.system) == ("server cluster", "fixed:32", "server-cluster")
+
+
+def test_a_table_holds_several_learned_rows_each_named_by_its_scheduler():
+    """`learned:<ref>` rows beside `learned`: e.g. fine-tuned from two sources and from scratch,
+    each its own row against the same cells."""
+    from flows.experiments.table2 import cell_call
+    from models.report.table2_cells import Cell
+    from models.run.workload import Workload
+    from models.scheduling.learned import shipped_checkpoint
+
+    cartpole = Workload(env="CartPole-v1")
+    own = cell_call(Cell("CartPole-v1", "learned", 100), cartpole, Placement(), {})
+    named = cell_call(Cell("CartPole-v1", "learned:cartpole-v3", 100), cartpole, Placement(), {})
+    assert (named.label, named.scheduler) == ("learned (cartpole-v3)", "learned:cartpole-v3")
+    assert named.label != own.label and named.system == own.system == "serverless"
+    assert named.settings()["scheduler_sha256"] == hashlib.sha256(shipped_checkpoint("cartpole-v3").read_bytes()).hexdigest()
+    humanoid = cell_call(Cell("Humanoid-v5", "learned:cartpole-v3", 100), Workload(env="Humanoid-v5"), Placement(), {})
+    assert humanoid.label == "learned (cartpole-v3)"  # named by the user: no "transferred" guess
 
 
 def test_a_learned_cell_is_keyed_by_its_scheduler_bytes(tmp_path):

@@ -13,7 +13,9 @@ from models.report.table2_cells import (
     cell_key,
     code_fingerprint,
     file_digest,
+    is_learned,
     learned_ref,
+    learned_row_ref,
     plan_cells,
     ramp_spec,
     select,
@@ -97,6 +99,17 @@ def test_each_workload_gets_its_own_learned_scheduler_unless_told():
     assert learned_ref("Humanoid-v5-locomotion", {}) == (SHIPPED, False)
     assert learned_ref("HalfCheetah-v5-locomotion", {"HalfCheetah-v5": "x.pt"}) == ("x.pt", True)
     assert learned_ref("Hopper-v5-locomotion", {"Hopper-v5-locomotion": "y.pt", "Hopper-v5": "x.pt"}) == ("y.pt", True)
+
+
+def test_a_named_learned_row_runs_the_scheduler_it_names():
+    assert learned_row_ref("learned", "Hopper-v5", {}) == ("hopper", True)
+    assert learned_row_ref("learned:hopper-locomotion", "HalfCheetah-v5-locomotion", {}) == ("hopper-locomotion", True)
+    assert learned_row_ref("learned:runs:/abc/scheduler/s.pt", "Hopper-v5", {}) == ("runs:/abc/scheduler/s.pt", True)
+    assert learned_row_ref("learned:/tmp/a:b.pt", "Hopper-v5", {"Hopper-v5": "x.pt"}) == ("/tmp/a:b.pt", True)
+    assert is_learned("learned") and is_learned("learned:x") and not is_learned("fixed:8") and not is_learned("learnedx")
+    for bad in ("learned:", "fixed:2"):
+        with pytest.raises(ConfigError, match="not a learned row"):
+            learned_row_ref(bad, "Hopper-v5", {})
 
 
 @pytest.mark.parametrize(("system", "rounds", "spec"), [

@@ -35,7 +35,6 @@ from models.report.table2_cells import (
     DEFAULT_SYSTEMS,
     DEFAULT_WORKLOADS,
     IMPACT,
-    LEARNED,
     RAMP_BASE,
     RAMPS,
     SERVER_CLUSTER,
@@ -43,7 +42,8 @@ from models.report.table2_cells import (
     cell_key,
     code_fingerprint,
     file_digest,
-    learned_ref,
+    is_learned,
+    learned_row_ref,
     plan_cells,
     ramp_spec,
     select,
@@ -97,7 +97,8 @@ def table2(
     Args:
         workloads: env ids, with -<preset variant> for a variant (default CartPole-v1,
             Hopper-v5-locomotion, HalfCheetah-v5-locomotion).
-        systems: the rows: learned (the workload's scheduler), fixed:N, max, adapt, increase and
+        systems: the rows: learned (the workload's scheduler), learned:<name, path or MLflow URI>
+            (another learned row: a table may hold several), fixed:N, max, adapt, increase and
             decrease (Fixed(8)'s actor budget over the rounds Fixed(8) took on the seed), server-cluster,
             impact (32 actors on the cloud clock); default all of them with the Fixed sweep 1-16.
         seeds: the seeds of every workload (default the held-out 100-104).
@@ -128,6 +129,9 @@ def table2(
     chosen = set(select(cells, only or []))
     given = {w: _workload(w, (workload_settings or {}).get(w) or {}) for w in names}
     calls = {c: cell_call(c, given[c.workload], placement, learned or {}) for c in cells}  # all checked before any run
+    rows = {(c.workload, calls[c].label) for c in cells}
+    if len(rows) < len({(c.workload, c.system) for c in cells}):
+        raise ConfigError("two learned rows of a workload run the same scheduler: name each once")
     code = code_fingerprint(project_root())
     logger = get_run_logger()
     with Experiment("table2", given[names[0]], placement, {"table": table}, tracking_uri, experiment,
@@ -187,8 +191,8 @@ def cell_call(cell: Cell, workload: Workload, placement: Placement, learned: dic
         call = CellCall("server cluster", f"fixed:{cores}", cluster, cluster_placement, SYSTEM_CLUSTER)
     else:
         spec, digest = cell.system, None
-        if cell.system == LEARNED:
-            ref, own = learned_ref(cell.workload, learned)
+        if is_learned(cell.system):
+            ref, own = learned_row_ref(cell.system, cell.workload, learned)
             spec = learned_spec(ref)
             label = f"learned ({ref}{'' if own else ', transferred'})"
             digest = None if is_mlflow_uri(ref) else file_digest(resolve_checkpoint(ref))

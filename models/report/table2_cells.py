@@ -162,6 +162,24 @@ def learned_ref(workload: str, given: Mapping[str, str]) -> tuple[str, bool]:
     return SHIPPED, False
 
 
+def is_learned(system: str) -> bool:
+    """A learned row: `learned` (the workload's own scheduler) or `learned:<ref>` (a named one)."""
+    return system == LEARNED or system.startswith(f"{LEARNED}:")
+
+
+def learned_row_ref(system: str, workload: str, given: Mapping[str, str]) -> tuple[str, bool]:
+    """The scheduler a learned row runs and whether it is the workload's own: `learned` as
+    learned_ref says; `learned:<ref>` the one it names (a packaged name, checkpoint path or MLflow
+    URI), so that one table holds several learned rows, e.g. fine-tuned from two sources and one
+    from scratch, run against the same cells."""
+    if system == LEARNED:
+        return learned_ref(workload, given)
+    ref = system.removeprefix(f"{LEARNED}:") if is_learned(system) else ""
+    if not ref:
+        raise ConfigError(f"{system!r} is not a learned row: learned or learned:<packaged name, path or MLflow URI>")
+    return ref, True
+
+
 def ramp_spec(system: str, rounds: int) -> str:
     """Increase / Decrease with Fixed(RAMP_CENTRE)'s actor budget over `rounds` rounds (in a table,
     the rounds Fixed(RAMP_CENTRE) took to stop on the same seed, RAMP_BASE's cell): one actor more

@@ -1,0 +1,92 @@
+"""The transfer figure (issue 35, point 4), from a `table2` results file with several learned rows.
+
+    .venv/bin/python -m benchmarks.transfer_page --results benchmarks/results/table2_halfcheetah_transfer.json \
+        --workload HalfCheetah-v5-locomotion --out docs/transfer_halfcheetah.md \
+        --figure benchmarks/results/transfer_halfcheetah.png
+
+Each learned row (`--systems learned learned:<ref> ...` in one table run) is a scheduler evaluated
+on the same held-out seeds in the same run; its checkpoint's provenance says what its training
+cost on the target workload and before it. The page tabulates both, states for each fine-tuned
+row what it saved against each from-scratch row (models/report/transfer_table.py), and plots
+held-out time to J against the training spent on the target, with the table's best fixed count
+and Fixed(8) as lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from models.report.table2_cells import workload_parts  # noqa: E402
+from models.report.transfer_table import TransferRow, learned_row_refs, transfer_rows, verdicts  # noqa: E402
+from models.scheduling.learned import load_scheduler, resolve_checkpoint  # noqa: E402
+
+
+def figure(rows: list[TransferRow], table: list[dict], workload: str, out: Path) -> None:
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, r in enumerate(rows):
+        kind = "from scratch" if r.from_scratch else "fine-tuned from " + " -> ".join(r.sources)
+        ax.errorbar([r.on_target.wall_s / 60], [r.time_s], yerr=[r.time_s_std], fmt="os"[r.from_scratch],
+                    color=f"C{i}", capsize=3, label=f"{r.ref}: {kind}, {r.on_target.episodes} episodes")
+    for j, fixed in enumerate(t for t in table if str(t["scheduler"]).startswith(("best fixed", "fixed:8"))):
+        ax.axhline(float(fixed["time_s_mean"]), ls="--:"[j % 2], color="grey", lw=1, label=str(fixed["scheduler"]))
+    ax.set(xscale="log", xlabel=f"scheduler training on {workload} (wall minutes, log)",
+           ylabel="held-out time to J, cloud clock (s)", title=f"{workload}: transfer against from scratch")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+
+
+def render(results: dict, workload: str, figure_path: Path | None, page: Path) -> str:
+    table = results["tables"][workload]
+    refs = [ref for _, ref in learned_row_refs(table)]
+    provenance = {ref: load_scheduler(resolve_checkpoint(ref)).meta for ref in refs}
+    env, _ = workload_parts(workload)
+    rows = transfer_rows(table, provenance, env)
+    lines = [f"Held-out seeds {' '.join(map(str, results['seeds'][workload]))}, every row from one `table2` run "
+             "(its page has the command, dates, commit and machine). Training: the checkpoint's provenance "
+             "(wall time on the machine that trained it; the episodes' trainings as billed).", "",
+             "| scheduler | trained before | its training there: episodes, wall, billed | on the target: episodes | "
+             "wall (min) | billed (USD) | held-out: reached J | time to J, cloud clock (s) | cost (USD) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        before = ("nothing (from scratch)" if r.from_scratch else " -> ".join(r.sources))
+        spent = ("-" if r.from_scratch else
+                 f"{r.before.episodes}, {r.before.wall_s / 60:.0f} min, ${r.before.billed_usd:.3f}")
+        lines.append(f"| `{r.ref}` | {before} | {spent} | {r.on_target.episodes} | {r.on_target.wall_s / 60:.1f} | "
+                     f"{r.on_target.billed_usd:.3f} | {r.reached}/{r.runs} | {r.time_s:.1f} +- {r.time_s_std:.1f} | "
+                     f"{r.cost_usd:.5f} |")
+    lines.append("")
+    for v in verdicts(rows):
+        lines.append(f"- {v.fine_tuned} against {v.scratch}: {v.training_wall_ratio:.2f}x its training wall time "
+                     f"and {v.training_cost_ratio:.2f}x its bill on the target; training saved: {v.saving()}.")
+    if figure_path is not None:
+        figure(rows, table, workload, figure_path)
+        lines += ["", f"![transfer]({os.path.relpath(figure_path, page.parent)})"]
+    return "\n".join(lines + [""])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--results", required=True, help="a table2 results file (table2_page.py --json)")
+    parser.add_argument("--workload", required=True)
+    parser.add_argument("--out", required=True, help="the markdown to write")
+    parser.add_argument("--figure", help="also plot it here (a .png)")
+    args = parser.parse_args()
+    results = json.loads(Path(args.results).read_text())
+    out = Path(args.out)
+    out.write_text(f"# Transfer on {args.workload}\n\n"
+                   + render(results, args.workload, Path(args.figure) if args.figure else None, out))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""models/report/transfer_table.py: a Table 2's learned rows with their schedulers' training, and
+what fine-tuning saved against training from scratch."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from models.errors import ConfigError
+from models.report.transfer_table import TrainingSpent, spent, transfer_rows, verdicts
+from models.run.workload import Workload
+from models.scheduling.provenance import SchedulerProvenance, SchedulerTrainingRun
+
+HC = "HalfCheetah-v5"
+
+
+def run(env: str, mode: str, episodes: int, wall_s: float, billed_usd: float) -> SchedulerTrainingRun:
+    return SchedulerTrainingRun(env=env, mlflow_run_id=f"{env}-{mode}", seed=0, mode=mode, workload=Workload(env=env),
+                                beta=0.1, batch_episodes=2, episodes=episodes, wall_s=wall_s, billed_usd=billed_usd)
+
+
+PROVENANCE = {
+    # CartPole 300 episodes, then 10 on HalfCheetah
+    "from-cartpole": SchedulerProvenance([run("CartPole-v1", "scratch", 300, 2847.0, 0.09),
+                                          run(HC, "finetune", 10, 431.0, 0.02)]),
+    "from-hopper": SchedulerProvenance([run("CartPole-v1", "scratch", 300, 2847.0, 0.09),
+                                        run("Hopper-v5", "finetune", 10, 1244.0, 0.05),
+                                        run(HC, "finetune", 10, 500.0, 0.025)]),
+    # from scratch in two sittings: the second one continued it (its mode says finetune)
+    "scratch": SchedulerProvenance([run(HC, "scratch", 48, 4380.0, 0.225), run(HC, "finetune", 52, 2620.0, 0.1)]),
+}
+
+
+def row(ref: str, time_s: float, reached: int = 5) -> dict[str, object]:
+    return {"scheduler": f"learned ({ref})", "runs": 5, "reached": reached, "time_s_mean": time_s,
+            "time_s_std": 1.0, "cost_usd_mean": time_s / 10_000}
+
+
+def test_each_learned_row_gets_its_training_on_the_target_and_before_it():
+    rows = transfer_rows([row("from-cartpole", 34.0), {"scheduler": "fixed:2", "runs": 5, "reached": 5,
+                                                        "time_s_mean": 29.5, "cost_usd_mean": 0.001},
+                          row("from-hopper", 40.0), row("scratch", 50.0)], PROVENANCE, HC)
+    by = {r.ref: r for r in rows}
+    assert list(by) == ["from-cartpole", "from-hopper", "scratch"]  # the fixed row is not a transfer
+    assert by["from-cartpole"].sources == ("CartPole-v1",) and by["from-hopper"].sources == ("CartPole-v1", "Hopper-v5")
+    assert by["scratch"].from_scratch and by["scratch"].on_target == TrainingSpent(100, 7000.0, pytest.approx(0.325))
+    assert by["from-hopper"].before == TrainingSpent(310, 4091.0, pytest.approx(0.14))
+    assert spent(PROVENANCE["from-cartpole"], HC, True) == TrainingSpent(10, 431.0, 0.02)
+
+
+def test_fine_tuning_saves_at_least_what_scratch_spent_without_matching_it():
+    rows = transfer_rows([row("from-cartpole", 34.0), row("scratch", 50.0)], PROVENANCE, HC)
+    (verdict,) = verdicts(rows)
+    assert verdict.training_wall_ratio == pytest.approx(431 / 7000)
+    assert verdict.training_cost_ratio == pytest.approx(0.02 / 0.325)
+    assert not verdict.scratch_caught_up and verdict.saving() == "at least 94% (from scratch had not matched it)"
+    faster_scratch = verdicts(transfer_rows([row("from-cartpole", 34.0), row("scratch", 30.0)], PROVENANCE, HC))
+    assert faster_scratch[0].saving().startswith("at most 94%")
+
+
+def test_a_scratch_row_that_missed_j_on_a_seed_is_no_yardstick_and_bad_rows_are_refused():
+    assert verdicts(transfer_rows([row("from-cartpole", 34.0), row("scratch", 30.0, reached=4)], PROVENANCE, HC)) == []
+    with pytest.raises(ConfigError, match="no provenance"):
+        transfer_rows([row("unknown", 1.0)], PROVENANCE, HC)
+    with pytest.raises(ConfigError, match="zero-shot"):
+        transfer_rows([row("from-cartpole", 1.0)], PROVENANCE, "Hopper-v5")
+    free = {"scratch": SchedulerProvenance([run(HC, "scratch", 4, 10.0, 0.0)])}
+    (verdict,) = verdicts(transfer_rows([row("from-cartpole", 34.0), row("scratch", 50.0)], {**PROVENANCE, **free}, HC))
+    assert math.isnan(verdict.training_cost_ratio)  # nothing billed: no cost ratio
+
+
+def test_the_page_reads_each_rows_training_from_its_packaged_checkpoint(tmp_path):
+    from benchmarks.transfer_page import render
+
+    table = [row("halfcheetah-locomotion", 34.3), row("halfcheetah-locomotion-scratch", 55.7),
+             {"scheduler": "best fixed (fixed:2)", "runs": 5, "reached": 5, "time_s_mean": 29.5, "cost_usd_mean": 0.00127}]
+    results = {"tables": {"HalfCheetah-v5-locomotion": table}, "seeds": {"HalfCheetah-v5-locomotion": [100, 101]}}
+    figure = tmp_path / "results" / "t.png"
+    figure.parent.mkdir()
+    page = render(results, "HalfCheetah-v5-locomotion", figure, tmp_path / "docs" / "t.md")
+    assert "| `halfcheetah-locomotion` | CartPole-v1 | 300, 47 min, $0.090 | 10 |" in page
+    assert "| `halfcheetah-locomotion-scratch` | nothing (from scratch) | - |" in page
+    assert "learned (halfcheetah-locomotion) against learned (halfcheetah-locomotion-scratch)" in page
+    assert "at least" in page and figure.stat().st_size > 0 and "](../results/t.png)" in page
