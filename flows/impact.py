@@ -43,6 +43,7 @@ from models.envs.batch import env_spaces
 from models.impact.config import ImpactRunConfig, resolve_impact_config
 from models.impact.learner import ImpactLearner
 from models.impact.progress import STOP_CHUNKS, ImpactChunkRecord, ImpactProgress, ImpactSummary
+from models.rl.evaluation import evaluate_policy
 from models.run.workload import Overrides, split_parameters
 from tasks.impact.dask_pool import DaskImpactActorPool
 from tasks.impact.inbox import FragmentInbox
@@ -73,6 +74,15 @@ def learn_chunk(training: _Training, chunk: int) -> dict[str, float]:
                             training.cfg.chunk_steps, check=interrupts.check)
 
 
+@task(name="evaluate", task_run_name="evaluate-c{chunk}", cache_policy=NO_CACHE, persist_result=False)
+def evaluate(training: _Training, chunk: int) -> dict[str, float]:
+    """Deterministic evaluation of the learner's policy on whole episodes, as eval/... metrics
+    (for MuJoCo locomotion envs also how far the body moved forward)."""
+    learner = training.learner
+    return evaluate_policy(learner.policy_on_cpu(), training.cfg.env_id, training.cfg.eval_episodes,
+                           seed=10_000 + chunk, obs_rms=learner.obs_rms).metrics()
+
+
 def impact_run_name() -> str:
     p = flow_run_context.parameters
     return f"{p.get('env') or 'CartPole-v1'}-impact-seed{p.get('seed') or 0}"
@@ -97,6 +107,9 @@ def impact(
     chunk_steps: int | None = None,
     return_window: int | None = None,
     max_chunks: int | None = None,
+    eval_every_chunks: int | None = None,
+    eval_episodes: int | None = None,
+    stop_at_eval: bool | None = None,
     impact: Overrides | None = None,
     backend: str | None = None,
     backend_options: Overrides | None = None,
@@ -121,6 +134,11 @@ def impact(
         chunk_steps: learner steps per learn-chunk task (and per MLflow step).
         return_window: completed episodes averaged for the return compared with J.
         max_chunks: stop after this many chunks (smoke tests); 0 or unset: no limit.
+        eval_every_chunks: every this many chunks (and at the stop) evaluate the deterministic policy
+            on eval_episodes whole episodes; 0: off. The evaluation is the learner's time, on both clocks.
+        eval_episodes: episodes per evaluation (default 5).
+        stop_at_eval: judge J on the evaluations (mean >= J, every episode moving forward on MuJoCo
+            locomotion envs) instead of the training episodes: the locomotion presets' rule.
         impact: overrides of models/impact/config.py ImpactConfig, e.g. {"max_reuse": 3, "actors": 4}.
         backend: where actors run: local (persistent processes here, the default), dask
             (long-running Dask tasks) or virtual (impact.actors actors as on a core each, computed
@@ -161,13 +179,17 @@ def run_impact(cfg: ImpactRunConfig, learner: ImpactLearner, tracker: RunTracker
     with actor_pool(cfg, len(learner.weights_vector()), clock) as pool, \
             interrupts.deferred(abandon=pool.close):  # a Ctrl-C: raised at the checks, the actors closed
         pool.publish(learner.weights_vector(), learner.version, learner.norm_state())
-        progress = ImpactProgress(cfg.target_return, cfg.max_env_steps, cfg.max_wall_s, cfg.return_window)
+        progress = ImpactProgress(cfg.target_return, cfg.max_env_steps, cfg.max_wall_s, cfg.return_window,
+                                  judge_on_eval=cfg.stop_at_eval)
         training = _Training(cfg, learner, pool, progress, clock)
         chunk = 0
         while progress.stop_reason is None:
             interrupts.check()
             t0 = time.perf_counter()
             metrics = learn_chunk(training, chunk)
+            if cfg.eval_every_chunks and ((chunk + 1) % cfg.eval_every_chunks == 0 or progress.stop_reason):
+                metrics.update(evaluate(training, chunk))  # on the learner's clock: between pool calls
+                progress.record_evaluation(metrics, chunk)
             bill = chunk_figures(training, metrics, time.perf_counter() - t0)
             t_log = time.perf_counter()
             tracker.log_metrics(metrics, step=chunk)
@@ -185,7 +207,8 @@ def run_impact(cfg: ImpactRunConfig, learner: ImpactLearner, tracker: RunTracker
                 mean_return=progress.mean_return, policy_lag_mean=metrics.get("impact/policy_lag_mean", math.nan),
                 wall_s=metrics["time/total_wall_s"], cloud_s=metrics["time/total_cloud_s"], server_cluster_usd=bill.server_cluster_usd), progress.stop_reason)
         summary = impact_summary(training, chunk, pool.counters.replacements, tracker)
-    tracker.set_tags({"minionsrl.stop_reason": summary.stop_reason})
+    tracker.set_tags({"minionsrl.stop_reason": summary.stop_reason,
+                      **({"minionsrl.stop_detail": progress.stop_detail} if progress.stop_detail else {})})
     tracker.log_metrics({"summary/target_reached": float(summary.target_reached),
                          "summary/time_to_stop_s": summary.cloud_s, "summary/wall_time_s": summary.wall_s,
                          "summary/cloud_time_s": summary.cloud_s,

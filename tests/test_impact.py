@@ -132,6 +132,26 @@ def test_progress_stop_rules():
     assert r.check(61.0) == "wall_limit"
 
 
+def test_progress_judged_on_evaluations_ignores_the_training_window():
+    p = ImpactProgress(target_return=10.0, max_env_steps=1000, max_wall_s=60.0, return_window=1, judge_on_eval=True)
+
+    class B:
+        episode_returns, steps = [50.0], 100
+
+    p.record(ImpactFragment(B(), 0, 0))  # type: ignore[arg-type]
+    assert p.mean_return == 50.0 and p.check(1.0) is None  # a training window over J does not stop it
+    p.record_evaluation({"eval/return_mean": 12.0, "eval/forward_displacement_min": -0.3}, chunk=3)
+    assert p.stop_reason is None  # one episode went backwards: not locomotion
+    p.record_evaluation({"eval/return_mean": 9.0}, chunk=4)
+    assert p.stop_reason is None
+    p.record_evaluation({"eval/return_mean": 12.0, "eval/forward_displacement_min": 0.4}, chunk=5)
+    assert p.check(1.0) == "target_reached"
+    assert p.stop_detail == "target: the evaluation after chunk 5 returned 12 >= J=10, every episode forward (min 0.40 m)"
+    window = ImpactProgress(target_return=10.0, max_env_steps=1000, max_wall_s=60.0, return_window=1)
+    window.record_evaluation({"eval/return_mean": 99.0}, chunk=0)
+    assert window.stop_reason is None  # judged on the window: an evaluation only reports
+
+
 def test_bill_is_the_cluster_for_the_cloud_time_on_the_learners_device_and_serverless_for_reference():
     prices = PriceTable.load()
     bill = bill_impact(cloud_s=100.0, wall_s=400.0, actors=2, actor_busy_s=150.0, learner_s=40.0,
@@ -152,12 +172,18 @@ def test_config_presets_and_bad_input():
     cfg = resolve_impact_config(Workload(env="CartPole-v1"))
     assert cfg.target_return == 475.0 and cfg.impact.is_clip == 2.0 and cfg.impact.target_update_every == 2
     assert resolve_impact_config(Workload(env="CartPole-v1", impact={"max_reuse": 3})).impact.max_reuse == 3
+    for env in ("Hopper-v5", "HalfCheetah-v5"):  # the locomotion J: judged on evaluations, as PPO's
+        loco = resolve_impact_config(Workload(env=env, preset="locomotion"))
+        assert (loco.stop_at_eval, loco.eval_every_chunks, loco.eval_episodes) == (True, 1, 5)
+        assert not resolve_impact_config(Workload(env=env)).stop_at_eval
     for bad, match in [({"impact": {"c_bar": 2.0, "rho_bar": 1.0}}, "c_bar"),
                        ({"impact": {"max_reuse": 0}}, "max_reuse"),
                        ({"impact": {"batch_fragments": 40, "buffer_fragments": 8}}, "batch_fragments"),
                        ({"impact": {"rho_barr": 1.0}}, "unknown IMPACT parameter"),
                        ({"impact": {"fragment": 100, "envs_per_actor": 3}}, "multiple"),
                        ({"max_env_steps": 0}, "max_env_steps"),
+                       ({"stop_at_eval": True}, "set eval_every_chunks"),
+                       ({"eval_every_chunks": 2, "eval_episodes": 0}, "eval_episodes"),
                        ({"env": "NoSuchEnv-v0"}, "unknown gymnasium env id")]:
         with pytest.raises(ConfigError, match=match):
             prepare_impact({"env": "CartPole-v1", **bad})

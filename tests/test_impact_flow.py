@@ -241,3 +241,21 @@ def test_hopper_impact_flow_with_normalisers_two_chunks(prefect_api_url, mlflow_
     # every delivered fragment's observations merged once: its steps plus its first observation
     assert sorted(counts) == [0, 1] and 0 < counts[0] <= counts[1]
     assert counts[1] == summary.env_steps * 33 / 32
+
+
+def test_impact_judged_on_evaluations_stops_at_the_first_one_that_reaches_j(prefect_api_url, mlflow_uri):
+    """stop_at_eval (the locomotion presets' rule): the training episodes' window is over J from the
+    first chunk on, but the run stops at the first evaluation (every second chunk) that reaches it."""
+    from flows.impact import impact
+
+    summary = impact(env="CartPole-v1", seed=5, chunk_steps=5, max_chunks=6, max_wall_s=120.0, target_return=5.0,
+                     return_window=1, eval_every_chunks=2, eval_episodes=2, stop_at_eval=True, impact=SMALL,
+                     tracking_uri=mlflow_uri, learner_device="cpu")
+    assert (summary.stop_reason, summary.chunks) == ("target_reached", 2)
+    client = MlflowClient(mlflow_uri)
+    run = client.get_run(summary.run_id)
+    evals = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "eval/return_mean")}
+    assert list(evals) == [1] and evals[1] >= 5.0  # evaluated after chunk 1 only: CartPole scores >= 8 an episode
+    assert {m.step for m in client.get_metric_history(run.info.run_id, "time/eval_s")} == {1}
+    assert run.data.tags["minionsrl.stop_detail"].startswith("target: the evaluation after chunk 1 returned")
+    assert run.data.params["eval_every_chunks"] == "2" and run.data.params["stop_at_eval"] == "True"

@@ -129,6 +129,22 @@ def test_locomotion_presets_leave_the_papers_presets_as_they_are():
         preset_for("CartPole-v1", "locomotion")
 
 
+@pytest.mark.parametrize("env_id", ["Hopper-v5", "HalfCheetah-v5"])
+def test_the_locomotion_j_is_judged_on_evaluations_unless_the_user_says_otherwise(env_id):
+    """Every run of a locomotion workload (a `train`, a Table 2 cell, a scheduler's episode) stops at
+    J only when an evaluation (5 deterministic episodes every 8 rounds) reaches it with every
+    episode moving forward; the paper's presets keep J on the training return R_k."""
+    from models.run.presets import resolve_run_config
+    from models.run.workload import Workload
+
+    run = resolve_run_config(Workload(env=env_id, preset="locomotion"), scheduler="fixed:2")
+    assert (run.eval_every, run.eval_episodes, run.stop_at_eval) == (8, 5, True)
+    mine = resolve_run_config(Workload(env=env_id, preset="locomotion", eval_every=4, stop_at_eval=False))
+    assert (mine.eval_every, mine.stop_at_eval) == (4, False)
+    paper = resolve_run_config(Workload(env=env_id))
+    assert (paper.eval_every, paper.stop_at_eval) == (0, False)
+
+
 def test_benchmark_time_to_target_needs_every_episode_to_move_forward():
     from benchmarks.mujoco_vs_sb3 import first_locomotion
 

@@ -134,6 +134,13 @@ class ImpactRunConfig:
     return_window: int = 10
     """Completed episodes in the return that J is compared with (about what a PPO round of
     8 x 512 CartPole steps completes near J)."""
+    eval_every_chunks: int = 0
+    """Every this many chunks (and at the stop) evaluate the learner's deterministic policy; 0: off."""
+    eval_episodes: int = 5
+    """Whole episodes per evaluation."""
+    stop_at_eval: bool = False
+    """Judge J on the evaluations instead of the training episodes, as PPO's locomotion runs do:
+    an evaluation's mean return reaches J with every episode moving forward (MuJoCo locomotion)."""
     seed: int = 0
     """Run seed; actor i's envs seed from (seed, i, its generation)."""
     learner_device: str = "auto"
@@ -158,6 +165,10 @@ class ImpactRunConfig:
         _check(self.max_wall_s > 0, "max_wall_s must be > 0 seconds")
         _check(self.chunk_steps >= 1, "chunk_steps must be >= 1")
         _check(self.return_window >= 1, "return_window must be >= 1")
+        _check(self.eval_every_chunks >= 0, "eval_every_chunks must be >= 0 (0 turns evaluation off)")
+        _check(self.eval_episodes >= 1, "eval_episodes must be >= 1")
+        _check(not self.stop_at_eval or self.eval_every_chunks > 0,
+               "stop_at_eval judges J on the periodic evaluations: set eval_every_chunks (chunks between them)")
         _check(self.max_chunks >= 0, "max_chunks must be >= 0 (0: no limit)")
         _check(self.seed >= 0, "seed must be >= 0")
         _check(self.learner_device in ("auto", "cpu", "cuda"), "learner_device must be 'auto', 'cpu' or 'cuda'")
@@ -175,7 +186,8 @@ class ImpactRunConfig:
         return out
 
 
-RUN_KEYS = ("target_return", "max_env_steps", "max_wall_s", "chunk_steps", "return_window")
+RUN_KEYS = ("target_return", "max_env_steps", "max_wall_s", "chunk_steps", "return_window", "eval_every_chunks",
+            "eval_episodes", "stop_at_eval")
 """An IMPACT run's values that come from the preset (the env's, then its [impact_run])."""
 
 

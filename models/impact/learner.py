@@ -31,7 +31,7 @@ from models.impact.config import ImpactConfig
 from models.impact.vtrace import vtrace
 from models.rl.gae import next_values_for
 from models.rl.normalization import NormStats, RunningMeanStd, merged_with_deltas, shipped_stats
-from models.rl.policy import ActorCritic
+from models.rl.policy import ActorCritic, cpu_policy
 from models.rl.ppo import LossCoefficients, ppo_loss, select_device
 
 
@@ -96,6 +96,10 @@ class ImpactLearner:
 
     def weights_vector(self) -> np.ndarray:
         return weights_vector(self.policy)
+
+    def policy_on_cpu(self) -> ActorCritic:
+        """The policy for acting in this process (a CPU copy when learning on a GPU)."""
+        return cpu_policy(self.policy)
 
     # -- targets ------------------------------------------------------------------------------
     @torch.no_grad()

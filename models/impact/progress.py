@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from models.impact.buffer import ImpactFragment
+from models.rl.evaluation import evaluation_reaches
 
 STOP_TARGET, STOP_ENV_STEPS, STOP_WALL, STOP_CHUNKS = "target_reached", "env_steps", "wall_limit", "max_chunks"
 
@@ -27,6 +28,9 @@ class ImpactProgress:
     episodes: int = 0
     recent_returns: deque = field(default_factory=deque)
     stop_reason: str | None = None
+    judge_on_eval: bool = False
+    """J is judged on evaluations (record_evaluation), not on the training episodes' window."""
+    stop_detail: str = ""
 
     def record(self, fragment: ImpactFragment) -> None:
         self.fragments += 1
@@ -45,13 +49,24 @@ class ImpactProgress:
     def check(self, wall_s: float) -> str | None:
         """Set and return the stop reason, if any rule holds (J needs a full window)."""
         if self.stop_reason is None:
-            if len(self.recent_returns) >= self.return_window and self.mean_return >= self.target_return:
+            if (not self.judge_on_eval and len(self.recent_returns) >= self.return_window
+                    and self.mean_return >= self.target_return):
                 self.stop_reason = STOP_TARGET
             elif self.env_steps >= self.max_env_steps:
                 self.stop_reason = STOP_ENV_STEPS
             elif wall_s >= self.max_wall_s:
                 self.stop_reason = STOP_WALL
         return self.stop_reason
+
+
+    def record_evaluation(self, metrics: dict[str, float], chunk: int) -> None:
+        """With judge_on_eval, stop at J when this evaluation (eval/ metrics after `chunk`) reaches it."""
+        if not self.judge_on_eval or self.stop_reason == STOP_TARGET:
+            return
+        reached = evaluation_reaches(metrics, self.target_return)
+        if reached is not None:
+            self.stop_reason = STOP_TARGET
+            self.stop_detail = f"target: the evaluation after chunk {chunk} {reached}"
 
 
 @dataclass(frozen=True)

@@ -94,6 +94,18 @@ def run_episodes(act: Callable[[np.ndarray], np.ndarray], env_id: str, episodes:
                       None if motions is None else tuple(motions[:episodes]), time.perf_counter() - started)
 
 
+def evaluation_reaches(metrics: dict[str, float], target_return: float) -> str | None:
+    """Why an evaluation (its eval/ metrics) reaches J, or None: its mean return is at least J and,
+    where displacement is measured (MuJoCo locomotion), every episode moved forward (a policy that
+    stands still cannot count). PPO's rounds and IMPACT's chunks judge J on evaluations by it."""
+    ret = metrics.get("eval/return_mean", math.nan)
+    forward = metrics.get("eval/forward_displacement_min")
+    if math.isnan(ret) or ret < target_return or (forward is not None and not forward > 0):
+        return None
+    moved = f", every episode forward (min {forward:.2f} m)" if forward is not None else ""
+    return f"returned {ret:.4g} >= J={target_return:g}{moved}"
+
+
 def evaluate_policy(policy: ActorCritic, env_id: str, episodes: int, seed: int,
                     obs_rms: RunningMeanStd | None = None,
                     max_steps: int = 1_000_000) -> Evaluation:

@@ -115,3 +115,12 @@ def weights_to_bytes(model: nn.Module) -> bytes:
 
 def weights_from_bytes(model: nn.Module, blob: bytes) -> None:
     model.load_state_dict(torch.load(io.BytesIO(blob), map_location="cpu", weights_only=True))
+
+
+def cpu_policy(policy: ActorCritic) -> ActorCritic:
+    """The policy itself on the CPU, else a CPU copy of it (to act in this process while learning on a GPU)."""
+    if next(policy.parameters()).device.type == "cpu":
+        return policy
+    copy = ActorCritic(policy.spaces, policy.hidden, init_weights=False)
+    copy.load_state_dict({k: v.cpu() for k, v in policy.state_dict().items()})
+    return copy

@@ -13,7 +13,7 @@ from models.errors import NonFiniteError
 from models.rl.flat_parameters import FlatAdam, FlatParameters, flat_adam_state
 from models.rl.gae import compute_gae, next_values_for
 from models.rl.normalization import Moments, NormStats, RunningMeanStd, merged_with_deltas, shipped_stats
-from models.rl.policy import ActorCritic, weights_to_bytes
+from models.rl.policy import ActorCritic, cpu_policy, weights_to_bytes
 from models.rl.rollout import RolloutBatch
 from models.run.config import PPOConfig
 
@@ -132,11 +132,7 @@ class Learner:
 
     def policy_on_cpu(self) -> ActorCritic:
         """The policy for acting in this process (a CPU copy when learning on a GPU)."""
-        if self.device.type == "cpu":
-            return self.policy
-        copy = ActorCritic(self.policy.spaces, self.policy.hidden, init_weights=False)
-        copy.load_state_dict({k: v.cpu() for k, v in self.policy.state_dict().items()})
-        return copy
+        return cpu_policy(self.policy)
 
     def norm_state(self) -> NormStats | None:
         """Normaliser statistics that travel to actors with the weights (None: no normalising)."""

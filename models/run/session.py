@@ -25,6 +25,7 @@ from models.billing.cost import RoundBill, bill_cluster_round, round_cost, serve
 from models.envs.batch import env_spaces
 from models.envs.snapshot import EnvSnapshot
 from models.errors import ConfigError
+from models.rl.evaluation import evaluation_reaches
 from models.rl.ppo import Learner
 from models.rl.rollout import ActorJob, RolloutBatch
 from models.run.checkpoint import PolicyArtifact, RunCheckpoint, save_policy, save_run_checkpoint
@@ -292,15 +293,12 @@ class TrainingSession:
         recorded) reaches J with every episode moving forward where displacement is measured."""
         if not self.cfg.stop_at_eval or self.progress.stop_reason == STOP_TARGET:
             return
-        ret = metrics.get("eval/return_mean", math.nan)
-        forward = metrics.get("eval/forward_displacement_min")
-        if math.isnan(ret) or ret < self.cfg.target_return or (forward is not None and not forward > 0):
+        reached = evaluation_reaches(metrics, self.cfg.target_return)
+        if reached is None:
             return
         p = self.progress
         p.stop_reason = STOP_TARGET
-        moved = f", every episode forward (min {forward:.2f} m)" if forward is not None else ""
-        p.stop_detail = (f"target: the evaluation after round {p.round_index - 1} returned {ret:.4g} >= "
-                         f"J={self.cfg.target_return:g}{moved}")
+        p.stop_detail = f"target: the evaluation after round {p.round_index - 1} {reached}"
 
     def _cluster_basis_s(self) -> float:
         """The wall time the server cluster is priced for: what a server-cluster run was billed;
