@@ -54,14 +54,14 @@ def test_a_table_resumes_after_a_crash_reuses_finished_cells_and_reruns_changed_
 
     from benchmarks.table2_page import render  # the results page, generated from the results file
 
-    page, _ = render(client, "toy", "minionsrl-experiments")
+    page, _, records = render(client, "toy", "minionsrl-experiments")
     assert "## CartPole-v1" in page and "--workloads CartPole-v1 --seeds 0 --systems fixed:1 fixed:2" in page
     assert "| fixed:2 | 1 | 0 |" in page and "Missing cells" not in page
     from benchmarks.table2_page import schedule_figure  # a row's actors per round, from its cells' metrics
 
     figure = tmp_path / "results" / "toy_actors.png"
     figure.parent.mkdir()
-    lines = schedule_figure(client, _, figure, tmp_path / "docs" / "toy.md", which=lambda s: s == "fixed:2")
+    lines = schedule_figure(records, _, figure, tmp_path / "docs" / "toy.md", which=lambda s: s == "fixed:2")
     assert figure.stat().st_size > 0 and "](../results/toy_actors.png)" in lines
     assert "| CartPole-v1 | fixed:2 | 0 | 2 | 2.0 / 2.0 / - | other |" in lines  # 2 rounds: no last third
 
@@ -74,6 +74,18 @@ def test_a_table_resumes_after_a_crash_reuses_finished_cells_and_reruns_changed_
     exported = export(client, third.run_id, "toy_table", out=tmp_path)
     assert (tmp_path / "toy_table.png").stat().st_size > 0 and exported["export"]["run_id"] == third.run_id
     assert json.loads((tmp_path / "toy_table.json").read_text())["tables"] == third.tables
+
+    # another machine's fresh store: the exported cells are carried in and kept, nothing runs
+    from benchmarks.table2_page import export_cells
+
+    assert export_cells(records, _, tmp_path / "cells") == 2
+    elsewhere = f"sqlite:///{tmp_path / 'elsewhere.db'}"
+    carried = table2(**{**args, "tracking_uri": elsewhere, "carry": [str(tmp_path / "cells")]})
+    assert ran == [] and sorted(carried.kept) == sorted(third.kept) and carried.tables == third.tables
+    there, results_there, _ = render(MlflowClient(elsewhere), "toy", "minionsrl-experiments")
+    assert all(c["carried"] for c in results_there["cells"]) and "(2 of 2 carried in from an earlier store)" in there
+    with pytest.raises(ConfigError, match="no finished-run record"):
+        table2(**{**args, "carry": [str(tmp_path / "docs")]})
 
     # other settings: every key changes; `only` runs one cell and the other is missing, not stale
     changed = {**args, "workload_settings": {"CartPole-v1": {**TWO_ROUNDS, "max_rounds": 3}}, "only": ["system=fixed:2"]}

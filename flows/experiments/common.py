@@ -35,6 +35,7 @@ from models.impact.config import resolve_impact_config
 from models.impact.progress import ImpactSummary
 from models.json_types import JSONObject
 from models.report.experiment_resume import (
+    FINISHED_DIR,
     IMPACT_SCHEDULER,
     FinishedRun,
     changed_params,
@@ -61,7 +62,6 @@ from tasks.worker_processes import ready_worker_server
 DEFAULT_EXPERIMENT = "minionsrl-experiments"
 TABLE_TAG = "minionsrl.table"
 """Tag of a table experiment's parent run (flows/experiments/table2.py): its name, how a re-run finds it."""
-FINISHED_DIR = "finished_runs"
 """Artifact folder of an experiment's parent run: one models/report/experiment_resume.py record per finished run."""
 LEARNED = SHIPPED  # the packaged default CartPole-v1 scheduler (`learned` alone)
 
@@ -95,6 +95,8 @@ class Experiment:
         all_params = {"workload": workload.to_json(), "placement": self.placement.to_json(), **params}
         self._kept: dict[tuple[str, int], FinishedRun] = {}
         """Resumed: the runs the experiment finished before, by (label, seed), until they are reused."""
+        self.carried: set[tuple[str, int]] = set()
+        """(label, seed) of the runs carried in from another store (`carry`)."""
         tags = {"minionsrl.kind": "experiment", "minionsrl.experiment": name}
         tabled = self._tabled_parent(table) if table else None
         if resume_run_id:
@@ -283,6 +285,17 @@ class Experiment:
         if kept is None or kept.scheduler != scheduler or kept.key != key or not kept.has_cloud_clock:
             return None  # a run measured before the cloud clock runs again: one clock per table
         return kept
+
+    def carry(self, records: Sequence[FinishedRun]) -> int:
+        """Keep runs finished in another store (a table's cells exported from another machine):
+        each is reported as a kept run where its label, seed, scheduler and cache key match, and
+        recorded in this parent run so that it stays kept here. How many were new here."""
+        new = [r for r in records if (kept := self._kept.get((r.label, r.seed))) is None or kept.key != r.key]
+        for run in new:
+            self._kept[(run.label, run.seed)] = run
+            self._keep(run)
+        self.carried |= {(r.label, r.seed) for r in records}
+        return len(new)
 
     def _keep(self, run: FinishedRun) -> None:
         """Record a finished run in the parent run, so that a resumed experiment skips it."""

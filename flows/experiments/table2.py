@@ -30,6 +30,7 @@ from flows.tracking import project_root
 from models.billing.cost import PriceTable
 from models.errors import ConfigError
 from models.json_types import JSONObject
+from models.report.experiment_resume import read_carried
 from models.report.experiment_stats import DEFAULT_HELD_OUT_SEEDS, AggregateRow, best_fixed, seeds_note
 from models.report.table2_cells import (
     DEFAULT_SYSTEMS,
@@ -87,7 +88,7 @@ def table2(
     workload_seeds: dict[str, list[int]] | None = None, workload_settings: dict[str, dict[str, object]] | None = None,
     learned: dict[str, str] | None = None, only: list[str] | None = None, placement: Placement | None = None,
     table: str = "table2", tracking_uri: str | None = None, experiment: str | None = None,
-    checkpoint_dir: str | None = None,
+    checkpoint_dir: str | None = None, carry: list[str] | None = None,
 ) -> Table2Result:
     """Table 2 of the paper over workloads x systems x seeds: success rate, time to J on the cloud
     clock and this machine's wall, cost (learner billed per round and resident), env steps; mean
@@ -117,6 +118,10 @@ def table2(
         tracking_uri: MLflow store; default MLFLOW_TRACKING_URI or ./mlruns/mlflow.db.
         experiment: MLflow experiment; default minionsrl-experiments.
         checkpoint_dir: where the runs' checkpoints go; default ./checkpoints.
+        carry: folders (or files) of finished cells' records exported from another store
+            (benchmarks/table2_page.py --cells): each is kept where its cache key matches (the
+            same code and settings), so a table too long for one machine's session goes on in
+            the next; the others run.
     """
     placement = placement or Placement()
     names = list(workloads or DEFAULT_WORKLOADS)
@@ -132,12 +137,15 @@ def table2(
     rows = {(c.workload, calls[c].label) for c in cells}
     if len(rows) < len({(c.workload, c.system) for c in cells}):
         raise ConfigError("two learned rows of a workload run the same scheduler: name each once")
+    carried = read_carried(carry or [])
     code = code_fingerprint(project_root())
     logger = get_run_logger()
     with Experiment("table2", given[names[0]], placement, {"table": table}, tracking_uri, experiment,
                     checkpoint_dir, table=table) as exp:
         exp.tracker.set_tags({"minionsrl.table.code": code,  # this invocation's: every cell it reports ran with it
                               "minionsrl.table.machine": machine()})
+        if carried:
+            logger.info("%d cells carried in, %d new to this store", len(carried), exp.carry(carried))
         exp.plan(len(chosen))
         results: list[CellResult] = []
         for cell in cells:
@@ -214,12 +222,12 @@ def over_base_rounds(call: CellCall, cell: Cell, done: list[CellResult]) -> Cell
     return None if base is None else dataclasses.replace(call, scheduler=ramp_spec(cell.system, base.rounds))
 
 
-def _run_label(cell: Cell, call: CellCall) -> str:
-    return f"{cell.workload} / {call.label}"  # a FinishedRun's label: distinct per workload and row
+def _run_label(cell: Cell, row: str) -> str:
+    return f"{cell.workload} / {row}"  # a FinishedRun's label: distinct per workload and row
 
 
 def run_cell(exp: Experiment, cell: Cell, call: CellCall, key: str) -> CellResult:
-    label = _run_label(cell, call)
+    label = _run_label(cell, call.label)
     cached = exp.finished(label, cell.seed, call.scheduler, key) is not None
     if call.system == IMPACT:
         return CellResult(cell, call.label, impact=exp.impact(cell.seed, call.workload, label=label, key=key),
@@ -232,7 +240,7 @@ def run_cell(exp: Experiment, cell: Cell, call: CellCall, key: str) -> CellResul
 
 def kept_cell(exp: Experiment, cell: Cell, call: CellCall, key: str) -> CellResult | None:
     """A cell not run now: the run it finished before with the same key, if any."""
-    kept = exp.finished(_run_label(cell, call), cell.seed, call.scheduler, key)
+    kept = exp.finished(_run_label(cell, call.label), cell.seed, call.scheduler, key)
     if kept is None:
         return None
     return CellResult(cell, call.label, summary=kept.summary, impact=kept.impact, cached=True)
@@ -271,7 +279,8 @@ def publish_table(exp: Experiment, names: list[str], results: list[CellResult], 
           + (f"\n\nMissing cells ({len(missing)}): " + ", ".join(missing) if missing else "\n\nEvery cell finished.")
           + "".join(f"\n- {k}: {'yes' if v else 'no'}" for k, v in checks.items()))
     cells = [{"workload": r.cell.workload, "system": r.cell.system, "seed": r.cell.seed, "row": r.label,
-              "cached": r.cached, "run_id": (r.summary.run_id if r.summary is not None else r.impact.run_id)}  # type: ignore[union-attr]
+              "cached": r.cached, "carried": (_run_label(r.cell, r.label), r.cell.seed) in exp.carried,
+              "run_id": (r.summary.run_id if r.summary is not None else r.impact.run_id)}  # type: ignore[union-attr]
              for r in results]
     plot = exp.publish(fig, flat, md, {"tables": {n: [r.as_dict() for r in rows] for n, rows in tables.items()},
                                        "metrics": metrics, "checks": checks, "cells": cells, "missing": missing,

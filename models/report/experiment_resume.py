@@ -13,14 +13,17 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from models.errors import ConfigError
 from models.impact.progress import ImpactSummary
 from models.run.records import RunSummary
 from models.run.wire import Codec, WireError
 
+FINISHED_DIR = "finished_runs"
+"""The folder of an experiment's parent run that holds its finished runs' records."""
 IMPACT_SCHEDULER = "impact"
 """`FinishedRun.scheduler` of an IMPACT run (it has no `train` scheduler)."""
 
@@ -70,6 +73,19 @@ def decode_finished(data: bytes, source: str) -> FinishedRun:
         return CODEC.decode(data, FinishedRun)
     except (WireError, ValueError, TypeError) as exc:
         raise ConfigError(f"{source} is not a finished-run record of an experiment: {exc}") from exc
+
+
+def read_carried(paths: Iterable[str | Path]) -> list[FinishedRun]:
+    """The finished-run records in these files and folders (a folder: its *.mrlw files), e.g. a
+    table's cells exported from another machine's store; checked before anything runs."""
+    found: list[FinishedRun] = []
+    for given in paths:
+        path = Path(given)
+        files = sorted(path.glob("*.mrlw")) if path.is_dir() else [path]
+        if not path.exists() or not files:
+            raise ConfigError(f"carry: {path} is no finished-run record (.mrlw) nor a folder of them")
+        found += [decode_finished(f.read_bytes(), str(f)) for f in files]
+    return found
 
 
 def changed_params(stored: Mapping[str, str], given: Mapping[str, str]) -> dict[str, tuple[str | None, str | None]]:
