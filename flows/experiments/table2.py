@@ -133,10 +133,7 @@ def table2(
     cells = plan_cells(names, systems, per_seed)
     chosen = set(select(cells, only or []))
     given = {w: _workload(w, (workload_settings or {}).get(w) or {}) for w in names}
-    calls = {c: cell_call(c, given[c.workload], placement, learned or {}) for c in cells}  # all checked before any run
-    rows = {(c.workload, calls[c].label) for c in cells}
-    if len(rows) < len({(c.workload, c.system) for c in cells}):
-        raise ConfigError("two learned rows of a workload run the same scheduler: name each once")
+    calls = checked_calls(cells, given, placement, learned or {})
     carried = read_carried(carry or [])
     code = code_fingerprint(project_root())
     logger = get_run_logger()
@@ -185,6 +182,15 @@ def _workload(name: str, settings: dict[str, object]) -> Workload:
         return Workload(env=env, preset=variant, **settings)  # type: ignore[arg-type]
     except (TypeError, ValueError) as exc:  # an unknown field, a value of the wrong type
         raise ConfigError(f"workload_settings of {name}: {exc}") from None
+
+
+def checked_calls(cells: list[Cell], given: dict[str, Workload], placement: Placement,
+                  learned: dict[str, str]) -> dict[Cell, CellCall]:
+    """Every cell's call, all checked before any runs; two rows of a workload may not run the same."""
+    calls = {c: cell_call(c, given[c.workload], placement, learned) for c in cells}
+    if len({(c.workload, calls[c].label) for c in cells}) < len({(c.workload, c.system) for c in cells}):
+        raise ConfigError("two learned rows of a workload run the same scheduler: name each once")
+    return calls
 
 
 def cell_call(cell: Cell, workload: Workload, placement: Placement, learned: dict[str, str]) -> CellCall:
