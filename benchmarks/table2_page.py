@@ -180,7 +180,8 @@ def schedule_figure(records: Records, results: dict, out: Path, page: Path,
             thirds = " / ".join("-" if math.isnan(x) else f"{x:.1f}" for x in (early, middle, late))
             lines.append(f"| {name} | {cell['row']} | {cell['seed']} | {len(actors)} | {thirds} "
                          f"| {phase_shape(early, middle, late)} |")
-        axes[0][i].set(title=f"{name}: {cells[0]['row']}", ylabel="actors I_k")
+        axes[0][i].set_title(f"{name}:\n{cells[0]['row']}", fontsize=9)
+        axes[0][i].set(ylabel="actors I_k")
         axes[0][i].legend(fontsize=8)
         axes[1][i].set(xlabel="round k", ylabel="training return R_k")
     fig.tight_layout()

@@ -7,7 +7,8 @@
 Each learned row (`--systems learned learned:<ref> ...` in one table run) is a scheduler evaluated
 on the same held-out seeds in the same run; its checkpoint's provenance says what its training
 cost on the target workload and before it. The page tabulates both, states for each fine-tuned
-row what it saved against each from-scratch row (models/report/transfer_table.py), and plots
+row how much training from scratch it took to match its held-out time, bracketed by the
+from-scratch snapshots (models/report/transfer_table.py), and plots
 held-out time to J against the training spent on the target, with the table's best fixed count
 and Fixed(8) as lines.
 """
@@ -25,7 +26,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from models.report.table2_cells import workload_parts  # noqa: E402
-from models.report.transfer_table import TransferRow, learned_row_refs, transfer_rows, verdicts  # noqa: E402
+from models.report.transfer_table import (  # noqa: E402
+    MATCH_TOLERANCE,
+    TransferRow,
+    learned_row_refs,
+    transfer_rows,
+    verdicts,
+)
 from models.scheduling.learned import load_scheduler, resolve_checkpoint  # noqa: E402
 
 
@@ -66,8 +73,9 @@ def render(results: dict, workload: str, figure_path: Path | None, page: Path) -
                      f"{r.cost_usd:.5f} |")
     lines.append("")
     for v in verdicts(rows):
-        lines.append(f"- {v.fine_tuned} against {v.scratch}: {v.training_wall_ratio:.2f}x its training wall time "
-                     f"and {v.training_cost_ratio:.2f}x its bill on the target; training saved: {v.saving()}.")
+        against = f"first matched by {v.matched_by}" if v.matched_by else "matched by no from-scratch row"
+        lines.append(f"- {v.fine_tuned} ({v.wall_s / 60:.1f} min of training on the target; {against} within "
+                     f"{MATCH_TOLERANCE:.0%} of its held-out time): training saved {v.saving()}.")
     if figure_path is not None:
         figure(rows, table, workload, figure_path)
         lines += ["", f"![transfer]({os.path.relpath(figure_path, page.parent)})"]

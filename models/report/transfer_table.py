@@ -4,13 +4,14 @@ A table with several learned rows on one workload (`learned:<ref>`: fine-tuned f
 workloads' schedulers, and trained there from scratch) gives each scheduler's held-out figure in
 one run; each checkpoint's provenance gives what its training cost, on the target workload and
 on the workloads it saw before. Fine-tuning pays when it reaches a held-out figure that training
-from scratch reaches only with more training: with one held-out measurement per scheduler, a
-from-scratch scheduler that is still slower after N episodes bounds the saving from below, one
-that is already faster bounds it from above. Pure: no Prefect, no MLflow.
+from scratch reaches only with more training: snapshots of one from-scratch training (e.g. after
+48 and after 100 episodes) bracket how much it took to match a fine-tuned scheduler's held-out
+time, and so what fine-tuning saved. Pure: no Prefect, no MLflow.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -54,24 +55,36 @@ class TransferRow:
         return not self.sources
 
 
+MATCH_TOLERANCE = 0.05
+"""A from-scratch scheduler matches a fine-tuned one's held-out time when it is at most this much
+slower on the mean (the seeds' spread is several times larger: a strict "faster" would call noise)."""
+
+
 @dataclass(frozen=True)
 class TransferVerdict:
-    """A fine-tuned row against a from-scratch row of the same table."""
+    """A fine-tuned row against the table's from-scratch rows (snapshots of one training, or
+    several): how much training from scratch it took to match its held-out time."""
 
     fine_tuned: str
-    scratch: str
-    training_wall_ratio: float
-    """The fine-tuned's training on the target over the scratch's (wall)."""
-    training_cost_ratio: float
-    scratch_caught_up: bool
-    """The scratch row's held-out time is at most the fine-tuned's."""
+    wall_s: float
+    """The fine-tuned row's training on the target."""
+    matched_by: str | None
+    """The from-scratch row with the least training that matched it (None: none did)."""
+    matched_wall_s: float
+    """That row's training on the target (inf: none matched)."""
+    unmatched_wall_s: float
+    """The most training on the target of a from-scratch row with less training that did not (0: none)."""
 
     def saving(self) -> str:
-        """The training saved, as far as one held-out measurement of each tells."""
-        saved = 1.0 - self.training_wall_ratio
-        if self.scratch_caught_up:
-            return f"at most {saved:.0%} (from scratch matched it within its episodes)"
-        return f"at least {saved:.0%} (from scratch had not matched it)"
+        """The training that fine-tuning saved, bracketed by the snapshots that did and did not match."""
+        if self.matched_by is None:
+            return (f"at least {1 - self.wall_s / self.unmatched_wall_s:.0%} (from scratch had not matched it "
+                    f"after {self.unmatched_wall_s / 60:.0f} min of training)")
+        most = 1 - self.wall_s / self.matched_wall_s
+        if self.unmatched_wall_s <= 0:
+            return f"at most {most:.0%} (from scratch matched it by {self.matched_wall_s / 60:.0f} min)"
+        return (f"between {1 - self.wall_s / self.unmatched_wall_s:.0%} and {most:.0%} (from scratch matched it "
+                f"between {self.unmatched_wall_s / 60:.0f} and {self.matched_wall_s / 60:.0f} min of training)")
 
 
 def spent(provenance: SchedulerProvenance, env: str, on_env: bool) -> TrainingSpent:
@@ -109,15 +122,19 @@ def transfer_rows(rows: Sequence[Mapping[str, object]], provenance: Mapping[str,
     return out
 
 
-def verdicts(rows: Sequence[TransferRow]) -> list[TransferVerdict]:
-    """Every fine-tuned row against every from-scratch row that reached J on every seed."""
+def verdicts(rows: Sequence[TransferRow], tolerance: float = MATCH_TOLERANCE) -> list[TransferVerdict]:
+    """Every fine-tuned row against the from-scratch rows that reached J on every seed, by their
+    training on the target: the first to match its held-out time within `tolerance`, and the last
+    before it that did not."""
+    scratch = sorted((r for r in rows if r.from_scratch and r.reached == r.runs > 0 and r.on_target.wall_s > 0),
+                     key=lambda r: r.on_target.wall_s)
     out = []
     for tuned in (r for r in rows if not r.from_scratch):
-        for scratch in (r for r in rows if r.from_scratch and r.reached == r.runs > 0):
-            if scratch.on_target.wall_s <= 0:
-                continue
-            out.append(TransferVerdict(tuned.row, scratch.row, tuned.on_target.wall_s / scratch.on_target.wall_s,
-                                       tuned.on_target.billed_usd / scratch.on_target.billed_usd
-                                       if scratch.on_target.billed_usd > 0 else float("nan"),
-                                       scratch.time_s <= tuned.time_s))
+        matched = next((r for r in scratch if r.time_s <= tuned.time_s * (1 + tolerance)), None)
+        before = [r for r in scratch if matched is None or r.on_target.wall_s < matched.on_target.wall_s]
+        if matched is None and not before:
+            continue
+        out.append(TransferVerdict(tuned.row, tuned.on_target.wall_s, matched.row if matched else None,
+                                   matched.on_target.wall_s if matched else math.inf,
+                                   before[-1].on_target.wall_s if before else 0.0))
     return out
