@@ -13,8 +13,10 @@ flows.train`) neither fix applies and the same app runs on a throwaway cluster
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import fcntl
+import logging
 import os
 import shutil
 import signal
@@ -136,10 +138,21 @@ def serve(port: int, all_services: bool = False, ui: bool = False) -> None:
 
     sqlite_server.install()
     prepare_sqlite_database()
+    logging.getLogger("prefect.server.services.task_run_recorder").addFilter(quiet_shutdown_cancellation)
     from prefect.server.api.server import create_app
 
     uvicorn.run(create_app(ephemeral=not (all_services or ui), final=True), host="127.0.0.1", port=port,
                 log_level="error", lifespan="on")
+
+
+def quiet_shutdown_cancellation(record: logging.LogRecord) -> bool:
+    """Drop a service's error whose cause is its own cancellation: the server shutting down in the
+    middle of a flush (a Ctrl-C ends a training and then its temporary API), not a failure; its
+    traceback would land on the user's console after every interrupted run."""
+    error = record.exc_info[1] if record.exc_info else None
+    while error is not None and not isinstance(error, asyncio.CancelledError):
+        error = error.__cause__ or error.__context__
+    return error is None
 
 
 def _free_port() -> int:

@@ -179,3 +179,35 @@ def test_on_request_the_temporary_api_serves_prefects_ui(tmp_path):
         starter.kill()
         _, printed = starter.communicate(timeout=30)
     assert f"Prefect UI: {base}" in printed
+
+
+def test_the_servers_own_cancellation_at_shutdown_is_not_reported_as_an_error():
+    """A Ctrl-C ends the training, then its temporary API: a service flushing at that moment is
+    cancelled, which is not a failure to print a traceback for; other errors still are."""
+    import asyncio
+    import logging
+    import sys
+
+    from deployments.local_api import quiet_shutdown_cancellation
+
+    def record(error: BaseException) -> logging.LogRecord:
+        try:
+            raise error
+        except BaseException:
+            return logging.LogRecord("prefect.server.services.task_run_recorder", logging.ERROR, __file__, 1,
+                                     "Error flushing 57 events", None, sys.exc_info())
+
+    def wrapped() -> BaseException:
+        try:
+            raise asyncio.CancelledError()
+        except asyncio.CancelledError as cancelled:
+            try:
+                raise RuntimeError("the session's execute was interrupted") from cancelled
+            except RuntimeError as outer:
+                return outer
+
+    assert not quiet_shutdown_cancellation(record(asyncio.CancelledError()))
+    assert not quiet_shutdown_cancellation(record(wrapped()))
+    assert quiet_shutdown_cancellation(record(ValueError("a real failure")))
+    plain = logging.LogRecord("x", logging.ERROR, __file__, 1, "no exception", None, None)
+    assert quiet_shutdown_cancellation(plain)

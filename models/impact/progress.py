@@ -58,7 +58,6 @@ class ImpactProgress:
                 self.stop_reason = STOP_WALL
         return self.stop_reason
 
-
     def record_evaluation(self, metrics: dict[str, float], chunk: int) -> None:
         """With judge_on_eval, stop at J when this evaluation (eval/ metrics after `chunk`) reaches it."""
         if not self.judge_on_eval or self.stop_reason == STOP_TARGET:
