@@ -62,7 +62,6 @@ from tasks.worker_processes import ready_worker_server
 DEFAULT_EXPERIMENT = "minionsrl-experiments"
 TABLE_TAG = "minionsrl.table"
 """Tag of a table experiment's parent run (flows/experiments/table2.py): its name, how a re-run finds it."""
-"""Artifact folder of an experiment's parent run: one models/report/experiment_resume.py record per finished run."""
 LEARNED = SHIPPED  # the packaged default CartPole-v1 scheduler (`learned` alone)
 
 
