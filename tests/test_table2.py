@@ -190,6 +190,25 @@ def test_a_learned_cell_is_keyed_by_its_scheduler_bytes(tmp_path):
         cell_call(cell, cartpole, Placement(), {"CartPole-v1": str(tmp_path / "gone.pt")})
 
 
+def test_a_cells_key_holds_only_the_settings_its_run_reads():
+    """An IMPACT override (tuned after a table's PPO rows ran) re-keys the IMPACT cells only; a PPO
+    override re-keys the PPO cells only."""
+    from flows.experiments.table2 import cell_call
+    from models.report.table2_cells import Cell, cell_key
+    from models.run.workload import Workload
+
+    def keys(workload: Workload) -> tuple[str, str]:
+        ppo, impact = Cell("CartPole-v1", "fixed:2", 100), Cell("CartPole-v1", "impact", 100)
+        return (cell_key(ppo, "code", cell_call(ppo, workload, Placement(), {}).settings()),
+                cell_key(impact, "code", cell_call(impact, workload, Placement(), {}).settings()))
+
+    plain = keys(Workload(env="CartPole-v1"))
+    tuned_impact = keys(Workload(env="CartPole-v1", impact={"learning_rate": 0.002}))
+    tuned_ppo = keys(Workload(env="CartPole-v1", ppo={"learning_rate": 0.002}))
+    assert tuned_impact[0] == plain[0] and tuned_impact[1] != plain[1]
+    assert tuned_ppo[0] != plain[0] and tuned_ppo[1] == plain[1]
+
+
 def test_a_ramp_runs_over_the_rounds_its_seeds_fixed_8_cell_took():
     from types import SimpleNamespace
 

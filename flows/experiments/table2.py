@@ -73,8 +73,10 @@ class CellCall:
     """A learned cell's scheduler checkpoint's bytes (None for an MLflow URI: a logged artifact)."""
 
     def settings(self) -> JSONObject:
+        """The workload's fields the cell's run reads (an IMPACT override does not re-key PPO cells)."""
         given = {"scheduler_sha256": self.scheduler_sha256} if self.scheduler_sha256 else {}
-        return {"scheduler": self.scheduler, "system": self.system, "workload": self.workload.to_json(),
+        read = self.workload.for_impact() if self.system == IMPACT else self.workload.for_ppo()
+        return {"scheduler": self.scheduler, "system": self.system, "workload": read,
                 "placement": self.placement.to_json(), **given}
 
 
