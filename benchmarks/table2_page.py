@@ -94,7 +94,11 @@ def cell_records(client: MlflowClient, parent_id: str) -> Records:
 
 
 def record_of(records: Records, cell: dict) -> FinishedRun | None:
-    return records.get((f"{cell['workload']} / {cell['row']}", cell["seed"]))
+    """A cell's record, if it is the run the results file reports (a later, interrupted call with
+    other code or settings may have replaced it)."""
+    record = records.get((f"{cell['workload']} / {cell['row']}", cell["seed"]))
+    run = None if record is None else record.summary if record.summary is not None else record.impact
+    return record if run is not None and run.run_id == cell["run_id"] else None
 
 
 def _span_ms(client: MlflowClient, cell: dict, record: FinishedRun | None) -> tuple[int, int] | None:
@@ -171,7 +175,11 @@ def schedule_figure(records: Records, results: dict, out: Path, page: Path,
         cells = sorted((c for c in results["cells"] if c["workload"] == name and c["system"] == system),
                        key=lambda c: c["seed"])
         for cell in cells:
-            summary = record_of(records, cell).summary  # type: ignore[union-attr]
+            record = record_of(records, cell)
+            if record is None or record.summary is None:  # replaced since the results file was written
+                lines.append(f"| {name} | {cell['row']} | {cell['seed']} | its record was replaced | - | - |")
+                continue
+            summary = record.summary
             actors = [r.actors for r in summary.history]
             returns = [r.mean_return for r in summary.history]
             axes[0][i].step(range(len(actors) + 1), actors + actors[-1:], where="post", label=f"seed {cell['seed']}")

@@ -26,10 +26,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from models.report.table2_cells import workload_parts  # noqa: E402
+from models.report.table2_cells import file_digest, workload_parts  # noqa: E402
 from models.report.transfer_table import (  # noqa: E402
     MATCH_TOLERANCE,
     TransferRow,
+    comparable,
     learned_row_refs,
     transfer_rows,
     verdicts,
@@ -57,13 +58,16 @@ def figure(rows: list[TransferRow], table: list[dict], workload: str, out: Path)
 
 def render(results: dict, workload: str, figure_path: Path | None, page: Path) -> str:
     table = results["tables"][workload]
-    refs = [ref for _, ref in learned_row_refs(table)]
-    provenance = {ref: load_scheduler(resolve_checkpoint(ref)).meta for ref in refs}
-    env, _ = workload_parts(workload)
-    rows = transfer_rows(table, provenance, env)
+    refs = {label: ref for label, ref in learned_row_refs(table)}
+    unchecked = checked_checkpoints(results, workload, refs)
+    provenance = {ref: load_scheduler(resolve_checkpoint(ref)).meta for ref in refs.values()}
+    rows = transfer_rows(table, provenance, workload_parts(workload))
     lines = [f"Held-out seeds {' '.join(map(str, results['seeds'][workload]))}, every row from one `table2` run "
              "(its page has the command, dates, commit and machine). Training: the checkpoint's provenance "
-             "(wall time on the machine that trained it; the episodes' trainings as billed).", "",
+             "(wall time on the machine that trained it; the episodes' trainings as billed)"
+             + (f"; the table did not record which checkpoint bytes {', '.join(unchecked)} ran (its results file "
+                "predates that record): their provenance is the packaged checkpoint's now" if unchecked else "")
+             + ".", "",
              "| scheduler | trained before | its training there: episodes, wall, billed | on the target: episodes | "
              "wall (min) | billed (USD) | held-out: reached J | time to J, cloud clock (s) | cost (USD) |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -75,17 +79,38 @@ def render(results: dict, workload: str, figure_path: Path | None, page: Path) -
                      f"{r.on_target.billed_usd:.3f} | {r.reached}/{r.runs} | {r.time_s:.1f} +- {r.time_s_std:.1f} | "
                      f"{r.cost_usd:.5f} |")
     lines.append("")
+    lines += [f"- {label}: zero-shot (its scheduler never trained on {workload}), not a transfer."
+              for label in refs if label not in {r.row for r in rows}]
+    lines += [f"- {r.row}: not compared (reached J on {r.reached} of {r.runs} seeds: its time is not a time to J)."
+              for r in rows if not comparable(r)]
     by_row = {r.row: r for r in rows}
     for v in verdicts(rows):
         against = f"first matched by {v.matched_by}" if v.matched_by else "matched by no from-scratch row"
         total = dataclasses.replace(v, wall_s=v.wall_s + by_row[v.fine_tuned].before.wall_s)
         lines.append(f"- {v.fine_tuned} ({v.wall_s / 60:.1f} min of training on the target; {against} within "
                      f"{MATCH_TOLERANCE:.0%} of its held-out time): training saved {v.saving()}; counting its "
-                     f"sources' training too ({total.wall_s / 60:.0f} min in all), {total.saving()}.")
+                     f"sources' training too ({total.wall_s / 60:.0f} min in all, on the machines that ran each), "
+                     f"{total.saving()}.")
     if figure_path is not None:
         figure(rows, table, workload, figure_path)
         lines += ["", f"![transfer]({os.path.relpath(figure_path, page.parent)})"]
     return "\n".join(lines + [""])
+
+
+def checked_checkpoints(results: dict, workload: str, refs: dict[str, str]) -> list[str]:
+    """Refuse (SystemExit) a row whose packaged checkpoint's bytes differ from those its cells ran
+    (retrained since: its provenance would not be the one the row measured); the refs whose cells
+    recorded no bytes (tables before the record), to say so."""
+    unchecked = []
+    for label, ref in refs.items():
+        ran = {c.get("scheduler_sha256") for c in results.get("cells", [])
+               if c["workload"] == workload and c.get("row") == label}
+        if not ran or ran == {None}:
+            unchecked.append(f"`{ref}`")
+        elif ran != {file_digest(resolve_checkpoint(ref))}:
+            raise SystemExit(f"{ref}: the checkpoint here is not the one row {label!r} ran (retrained since?): "
+                             "re-run the table's row, or check out the commit whose checkpoint it ran")
+    return unchecked
 
 
 def main() -> None:

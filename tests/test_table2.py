@@ -95,6 +95,15 @@ def test_a_table_resumes_after_a_crash_reuses_finished_cells_and_reruns_changed_
     assert [r["scheduler"] for r in fourth.tables["CartPole-v1"]] == ["fixed:2"]  # no J in 3 rounds: no best fixed
     assert fourth.tables["CartPole-v1"][0]["rounds_mean"] == 3
 
+    # a carried cell of other settings never replaces a store's own matching one
+    page4, results4, records4 = render(client, "toy", "minionsrl-experiments")
+    assert export_cells(records4, results4, tmp_path / "cells4") == 1  # fixed:2 at 3 rounds
+    ran.clear()
+    again = table2(**{**args, "tracking_uri": elsewhere, "carry": [str(tmp_path / "cells4")]})
+    assert ran == [] and sorted(again.kept) == sorted(third.kept) and again.tables == third.tables
+    _, results_again, _ = render(MlflowClient(elsewhere), "toy", "minionsrl-experiments")
+    assert all(c["carried"] for c in results_again["cells"])  # still known as carried in, a call later
+
 
 def test_a_table_refuses_bad_cells_before_any_run(prefect_api_url, mlflow_uri, monkeypatch):
     from flows.experiments import common

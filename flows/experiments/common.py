@@ -95,7 +95,8 @@ class Experiment:
         self._kept: dict[tuple[str, int], FinishedRun] = {}
         """Resumed: the runs the experiment finished before, by (label, seed), until they are reused."""
         self.carried: set[tuple[str, int]] = set()
-        """(label, seed) of the runs carried in from another store (`carry`)."""
+        """(label, seed) of the runs carried in from another store (`carry`) and reported here."""
+        self._carried_in: dict[tuple[str, int], FinishedRun] = {}
         tags = {"minionsrl.kind": "experiment", "minionsrl.experiment": name}
         tabled = self._tabled_parent(table) if table else None
         if resume_run_id:
@@ -279,22 +280,32 @@ class Experiment:
 
     def finished(self, label: str, seed: int, scheduler: str, key: str = "") -> FinishedRun | None:
         """The run this experiment finished before as (label, seed), if it ran `scheduler` with the
-        cache `key` on the cloud clock; it stays kept (a table reports cells it does not rerun)."""
-        kept = self._kept.get((label, seed))
-        if kept is None or kept.scheduler != scheduler or kept.key != key or not kept.has_cloud_clock:
-            return None  # a run measured before the cloud clock runs again: one clock per table
-        return kept
+        cache `key` on the cloud clock; it stays kept (a table reports cells it does not rerun).
+        Else a run carried in (`carry`) that matches, recorded in this parent run from now on."""
+        for found in (self._kept.get((label, seed)), self._carried_in.get((label, seed))):
+            if found is None or found.scheduler != scheduler or found.key != key or not found.has_cloud_clock:
+                continue  # a run measured before the cloud clock runs again: one clock per table
+            if found is not self._kept.get((label, seed)):  # carried in: kept here only now that it matches
+                self._kept[(label, seed)] = found
+                self._keep(found)
+                self.carried.add((label, seed))
+            return found
+        return None
 
     def carry(self, records: Sequence[FinishedRun]) -> int:
-        """Keep runs finished in another store (a table's cells exported from another machine):
-        each is reported as a kept run where its label, seed, scheduler and cache key match, and
-        recorded in this parent run so that it stays kept here. How many were new here."""
-        new = [r for r in records if (kept := self._kept.get((r.label, r.seed))) is None or kept.key != r.key]
-        for run in new:
-            self._kept[(run.label, run.seed)] = run
-            self._keep(run)
-        self.carried |= {(r.label, r.seed) for r in records}
-        return len(new)
+        """Offer runs finished in another store (a table's cells exported from another machine):
+        `finished` reports one where its label, seed, scheduler and cache key match and this store
+        has no matching run of its own (never replacing one). How many differ from this store's."""
+        self._carried_in.update({(r.label, r.seed): r for r in records})
+        return sum((kept := self._kept.get((r.label, r.seed))) is None or kept.key != r.key for r in records)
+
+    def ran_here(self, run_id: str) -> bool:
+        """Whether `run_id` is a run of this MLflow store (not one carried in from another)."""
+        try:
+            self.tracker.client.get_run(run_id)
+        except Exception:  # MlflowException: no such run here
+            return False
+        return True
 
     def _keep(self, run: FinishedRun) -> None:
         """Record a finished run in the parent run, so that a resumed experiment skips it."""

@@ -144,7 +144,7 @@ def table2(
         exp.tracker.set_tags({"minionsrl.table.code": code,  # this invocation's: every cell it reports ran with it
                               "minionsrl.table.machine": machine()})
         if carried:
-            logger.info("%d cells carried in, %d new to this store", len(carried), exp.carry(carried))
+            logger.info("%d cells offered by --carry, %d not already here", len(carried), exp.carry(carried))
         exp.plan(len(chosen))
         results: list[CellResult] = []
         for cell in cells:
@@ -243,7 +243,7 @@ def run_cell(exp: Experiment, cell: Cell, call: CellCall, key: str) -> CellResul
     extra = {"system": SYSTEM_CLUSTER} if call.system == SYSTEM_CLUSTER else {}
     summary = exp.train(call.scheduler, cell.seed, label, workload=call.workload, placement=call.placement,
                         key=key, **extra)
-    return CellResult(cell, call.label, summary=summary, cached=cached)
+    return CellResult(cell, call.label, summary=summary, cached=cached, scheduler_sha256=call.scheduler_sha256)
 
 
 def kept_cell(exp: Experiment, cell: Cell, call: CellCall, key: str) -> CellResult | None:
@@ -251,7 +251,8 @@ def kept_cell(exp: Experiment, cell: Cell, call: CellCall, key: str) -> CellResu
     kept = exp.finished(_run_label(cell, call.label), cell.seed, call.scheduler, key)
     if kept is None:
         return None
-    return CellResult(cell, call.label, summary=kept.summary, impact=kept.impact, cached=True)
+    return CellResult(cell, call.label, summary=kept.summary, impact=kept.impact, cached=True,
+                      scheduler_sha256=call.scheduler_sha256)
 
 
 def publish_table(exp: Experiment, names: list[str], results: list[CellResult], missing: list[str],
@@ -287,9 +288,10 @@ def publish_table(exp: Experiment, names: list[str], results: list[CellResult], 
           + (f"\n\nMissing cells ({len(missing)}): " + ", ".join(missing) if missing else "\n\nEvery cell finished.")
           + "".join(f"\n- {k}: {'yes' if v else 'no'}" for k, v in checks.items()))
     cells = [{"workload": r.cell.workload, "system": r.cell.system, "seed": r.cell.seed, "row": r.label,
-              "cached": r.cached, "carried": (_run_label(r.cell, r.label), r.cell.seed) in exp.carried,
-              "run_id": (r.summary.run_id if r.summary is not None else r.impact.run_id)}  # type: ignore[union-attr]
-             for r in results]
+              "cached": r.cached, "run_id": run_id, "scheduler_sha256": r.scheduler_sha256,
+              "carried": (_run_label(r.cell, r.label), r.cell.seed) in exp.carried or not exp.ran_here(run_id)}
+             for r in results
+             for run_id in [r.summary.run_id if r.summary is not None else r.impact.run_id]]  # type: ignore[union-attr]
     plot = exp.publish(fig, flat, md, {"tables": {n: [r.as_dict() for r in rows] for n, rows in tables.items()},
                                        "metrics": metrics, "checks": checks, "cells": cells, "missing": missing,
                                        "workloads": workloads, "seeds": seeds})

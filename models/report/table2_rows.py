@@ -26,6 +26,8 @@ class CellResult:
     impact: ImpactSummary | None = None
     cached: bool = False
     """Reused from an earlier run of the table (same code and settings), not run now."""
+    scheduler_sha256: str | None = None
+    """A learned cell's scheduler checkpoint's bytes (the transfer page checks its provenance against them)."""
 
     @property
     def env_steps(self) -> int:

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from models.errors import ConfigError
-from models.scheduling.provenance import SchedulerProvenance
+from models.scheduling.provenance import SchedulerProvenance, SchedulerTrainingRun
 
 LEARNED_ROW = "learned ("
 
@@ -76,21 +76,32 @@ class TransferVerdict:
     """The most training on the target of a from-scratch row with less training that did not (0: none)."""
 
     def saving(self) -> str:
-        """The training that fine-tuning saved, bracketed by the snapshots that did and did not match."""
+        """The training that fine-tuning saved, bracketed by the snapshots that did and did not match
+        (a bound below 0, where the fine-tuning took longer than a snapshot that did not match, is no bound)."""
         if self.matched_by is None:
-            return (f"at least {1 - self.wall_s / self.unmatched_wall_s:.0%} (from scratch had not matched it "
+            least = 1 - self.wall_s / self.unmatched_wall_s
+            if least < 0:
+                return (f"unknown (from scratch had not matched it after {self.unmatched_wall_s / 60:.0f} min of "
+                        f"training, less than the fine-tuning's {self.wall_s / 60:.0f} min)")
+            return (f"at least {least:.0%} (from scratch had not matched it "
                     f"after {self.unmatched_wall_s / 60:.0f} min of training)")
         most = 1 - self.wall_s / self.matched_wall_s
-        if self.unmatched_wall_s <= 0:
+        if self.unmatched_wall_s <= 0 or self.wall_s >= self.unmatched_wall_s:
             return f"at most {most:.0%} (from scratch matched it by {self.matched_wall_s / 60:.0f} min)"
         return (f"between {1 - self.wall_s / self.unmatched_wall_s:.0%} and {most:.0%} (from scratch matched it "
                 f"between {self.unmatched_wall_s / 60:.0f} and {self.matched_wall_s / 60:.0f} min of training)")
 
 
-def spent(provenance: SchedulerProvenance, env: str, on_env: bool) -> TrainingSpent:
-    """The training runs of a checkpoint on `env` (on_env) or on every other env, summed."""
-    runs = [r for r in provenance.trained_on if (r.env == env) == on_env]
+def spent(provenance: SchedulerProvenance, target: tuple[str, str | None], on_target: bool) -> TrainingSpent:
+    """The training runs of a checkpoint on the target (env, preset variant) (on_target) or on
+    every other workload, summed."""
+    runs = [r for r in provenance.trained_on if _workload_of(r) == target] if on_target else \
+        [r for r in provenance.trained_on if _workload_of(r) != target]
     return TrainingSpent(sum(r.episodes for r in runs), sum(r.wall_s for r in runs), sum(r.billed_usd for r in runs))
+
+
+def _workload_of(run: SchedulerTrainingRun) -> tuple[str, str | None]:
+    return run.env, run.workload.preset
 
 
 def learned_row_refs(rows: Sequence[Mapping[str, object]]) -> list[tuple[str, str]]:
@@ -104,32 +115,34 @@ def learned_row_refs(rows: Sequence[Mapping[str, object]]) -> list[tuple[str, st
 
 
 def transfer_rows(rows: Sequence[Mapping[str, object]], provenance: Mapping[str, SchedulerProvenance],
-                  env: str) -> list[TransferRow]:
+                  target: tuple[str, str | None]) -> list[TransferRow]:
     """The learned rows of one workload's table (results.json `tables[workload]`) with the
-    training of each scheduler (provenance by ref) on `env` and before it."""
+    training of each scheduler (provenance by ref) on the target (env, preset variant) and before
+    it. A row whose scheduler never trained on the target (zero-shot) is no transfer: left out."""
     out = []
     by_label = {str(r["scheduler"]): r for r in rows}
     for label, ref in learned_row_refs(rows):
         if ref not in provenance:
             raise ConfigError(f"no provenance for the scheduler of row {label!r}")
         meta, row = provenance[ref], by_label[label]
-        if not any(r.env == env for r in meta.trained_on):
-            raise ConfigError(f"{ref} never trained on {env}: a zero-shot row, not a transfer")
-        sources = tuple(dict.fromkeys(r.env for r in meta.trained_on if r.env != env))
-        out.append(TransferRow(label, ref, sources, spent(meta, env, True), spent(meta, env, False),
+        if not any(_workload_of(r) == target for r in meta.trained_on):
+            continue
+        sources = tuple(dict.fromkeys(f"{r.env}{'-' + r.workload.preset if r.workload.preset else ''}"
+                                      for r in meta.trained_on if _workload_of(r) != target))
+        out.append(TransferRow(label, ref, sources, spent(meta, target, True), spent(meta, target, False),
                                int(row["runs"]), int(row["reached"]), float(row["time_s_mean"]),  # type: ignore[arg-type]
                                float(row.get("time_s_std", 0.0)), float(row["cost_usd_mean"])))  # type: ignore[arg-type]
     return out
 
 
 def verdicts(rows: Sequence[TransferRow], tolerance: float = MATCH_TOLERANCE) -> list[TransferVerdict]:
-    """Every fine-tuned row against the from-scratch rows that reached J on every seed, by their
-    training on the target: the first to match its held-out time within `tolerance`, and the last
-    before it that did not."""
-    scratch = sorted((r for r in rows if r.from_scratch and r.reached == r.runs > 0 and r.on_target.wall_s > 0),
-                     key=lambda r: r.on_target.wall_s)
+    """Every comparable fine-tuned row against the from-scratch rows that reached J on every seed,
+    by their training on the target: the first to match its held-out time within `tolerance`, and
+    the last before it that did not. Comparable: it reached J on every seed (else its time is a
+    time to stop, not to J) and its training time is known."""
+    scratch = sorted((r for r in rows if r.from_scratch and comparable(r)), key=lambda r: r.on_target.wall_s)
     out = []
-    for tuned in (r for r in rows if not r.from_scratch):
+    for tuned in (r for r in rows if not r.from_scratch and comparable(r)):
         matched = next((r for r in scratch if r.time_s <= tuned.time_s * (1 + tolerance)), None)
         before = [r for r in scratch if matched is None or r.on_target.wall_s < matched.on_target.wall_s]
         if matched is None and not before:
@@ -138,3 +151,8 @@ def verdicts(rows: Sequence[TransferRow], tolerance: float = MATCH_TOLERANCE) ->
                                    matched.on_target.wall_s if matched else math.inf,
                                    before[-1].on_target.wall_s if before else 0.0))
     return out
+
+
+def comparable(row: TransferRow) -> bool:
+    """A row whose held-out time is a time to J on every seed and whose training time is known."""
+    return row.reached == row.runs > 0 and row.on_target.wall_s > 0
