@@ -55,6 +55,10 @@ def test_a_table_resumes_after_a_crash_reuses_finished_cells_and_reruns_changed_
     from benchmarks.table2_page import render  # the results page, generated from the results file
 
     page, _, records = render(client, "toy", "minionsrl-experiments")
+    from benchmarks.table2_page import record_of
+
+    assert record_of(records, _["cells"][0]) is not None  # a record is the cell's only if it is the run reported
+    assert record_of(records, {**_["cells"][0], "run_id": "a-later-run"}) is None
     assert "## CartPole-v1" in page and "--workloads CartPole-v1 --seeds 0 --systems fixed:1 fixed:2" in page
     assert "| fixed:2 | 1 | 0 |" in page and "Missing cells" not in page
     from benchmarks.table2_page import schedule_figure  # a row's actors per round, from its cells' metrics
@@ -216,6 +220,22 @@ def test_a_cells_key_holds_only_the_settings_its_run_reads():
     tuned_ppo = keys(Workload(env="CartPole-v1", ppo={"learning_rate": 0.002}))
     assert tuned_impact[0] == plain[0] and tuned_impact[1] != plain[1]
     assert tuned_ppo[0] != plain[0] and tuned_ppo[1] == plain[1]
+
+
+def test_a_learned_cells_result_names_the_checkpoint_bytes_it_ran():
+    """The results file's cells carry them, for the transfer page's provenance check."""
+    from types import SimpleNamespace
+
+    from flows.experiments.table2 import cell_call, kept_cell
+    from models.report.table2_cells import Cell
+    from models.run.workload import Workload
+    from models.scheduling.learned import shipped_checkpoint
+
+    cell = Cell("CartPole-v1", "learned", 100)
+    call = cell_call(cell, Workload(env="CartPole-v1"), Placement(), {})
+    exp = SimpleNamespace(finished=lambda *_: SimpleNamespace(summary=None, impact=None))
+    kept = kept_cell(exp, cell, call, "key")
+    assert kept.scheduler_sha256 == hashlib.sha256(shipped_checkpoint().read_bytes()).hexdigest()
 
 
 def test_a_ramp_runs_over_the_rounds_its_seeds_fixed_8_cell_took():

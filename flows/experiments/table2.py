@@ -289,7 +289,8 @@ def publish_table(exp: Experiment, names: list[str], results: list[CellResult], 
           + "".join(f"\n- {k}: {'yes' if v else 'no'}" for k, v in checks.items()))
     cells = [{"workload": r.cell.workload, "system": r.cell.system, "seed": r.cell.seed, "row": r.label,
               "cached": r.cached, "run_id": run_id, "scheduler_sha256": r.scheduler_sha256,
-              "carried": (_run_label(r.cell, r.label), r.cell.seed) in exp.carried or not exp.ran_here(run_id)}
+              "carried": r.cached and ((_run_label(r.cell, r.label), r.cell.seed) in exp.carried
+                                       or not exp.ran_here(run_id))}
              for r in results
              for run_id in [r.summary.run_id if r.summary is not None else r.impact.run_id]]  # type: ignore[union-attr]
     plot = exp.publish(fig, flat, md, {"tables": {n: [r.as_dict() for r in rows] for n, rows in tables.items()},

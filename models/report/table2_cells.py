@@ -150,6 +150,11 @@ def workload_parts(name: str) -> tuple[str, str | None]:
     return name, None
 
 
+def workload_name(env: str, variant: str | None) -> str:
+    """The inverse of workload_parts: ('Hopper-v5', 'locomotion') -> 'Hopper-v5-locomotion'."""
+    return f"{env}-{variant}" if variant else env
+
+
 def learned_ref(workload: str, given: Mapping[str, str]) -> tuple[str, bool]:
     """The learned scheduler of a workload (its name: env id, -variant for a variant) and whether it
     is the workload's own: the user's (by workload name or env id), else LEARNED_FOR's (by name,

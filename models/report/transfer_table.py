@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from models.errors import ConfigError
+from models.report.table2_cells import workload_name
 from models.scheduling.provenance import SchedulerProvenance, SchedulerTrainingRun
 
 LEARNED_ROW = "learned ("
@@ -95,8 +96,7 @@ class TransferVerdict:
 def spent(provenance: SchedulerProvenance, target: tuple[str, str | None], on_target: bool) -> TrainingSpent:
     """The training runs of a checkpoint on the target (env, preset variant) (on_target) or on
     every other workload, summed."""
-    runs = [r for r in provenance.trained_on if _workload_of(r) == target] if on_target else \
-        [r for r in provenance.trained_on if _workload_of(r) != target]
+    runs = [r for r in provenance.trained_on if (_workload_of(r) == target) == on_target]
     return TrainingSpent(sum(r.episodes for r in runs), sum(r.wall_s for r in runs), sum(r.billed_usd for r in runs))
 
 
@@ -127,8 +127,8 @@ def transfer_rows(rows: Sequence[Mapping[str, object]], provenance: Mapping[str,
         meta, row = provenance[ref], by_label[label]
         if not any(_workload_of(r) == target for r in meta.trained_on):
             continue
-        sources = tuple(dict.fromkeys(f"{r.env}{'-' + r.workload.preset if r.workload.preset else ''}"
-                                      for r in meta.trained_on if _workload_of(r) != target))
+        sources = tuple(dict.fromkeys(workload_name(*_workload_of(r)) for r in meta.trained_on
+                                      if _workload_of(r) != target))
         out.append(TransferRow(label, ref, sources, spent(meta, target, True), spent(meta, target, False),
                                int(row["runs"]), int(row["reached"]), float(row["time_s_mean"]),  # type: ignore[arg-type]
                                float(row.get("time_s_std", 0.0)), float(row["cost_usd_mean"])))  # type: ignore[arg-type]
