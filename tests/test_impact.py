@@ -176,6 +176,9 @@ def test_config_presets_and_bad_input():
         loco = resolve_impact_config(Workload(env=env, preset="locomotion"))
         assert (loco.stop_at_eval, loco.eval_every_chunks, loco.eval_episodes) == (True, 1, 5)
         assert not resolve_impact_config(Workload(env=env)).stop_at_eval
+    hopper = resolve_impact_config(Workload(env="Hopper-v5", preset="locomotion")).impact
+    assert (hopper.batch_fragments, hopper.learning_rate) == (8, 3e-4)  # the variant's [impact] over Hopper's
+    assert resolve_impact_config(Workload(env="Hopper-v5")).impact.batch_fragments == 2
     for bad, match in [({"impact": {"c_bar": 2.0, "rho_bar": 1.0}}, "c_bar"),
                        ({"impact": {"max_reuse": 0}}, "max_reuse"),
                        ({"impact": {"batch_fragments": 40, "buffer_fragments": 8}}, "batch_fragments"),

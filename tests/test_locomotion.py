@@ -92,8 +92,11 @@ def test_cartpole_evaluation_has_no_motion_metrics():
     policy = ActorCritic(env_spaces("CartPole-v1"), (16, 16))
     ev = evaluate_policy(policy, "CartPole-v1", episodes=2, seed=0)
     assert ev.motions is None and ev.motion is None
-    assert set(ev.metrics()) == {"eval/return_mean", "eval/return_std", "eval/episodes", "time/eval_s"}
+    assert set(ev.metrics()) == {"eval/return_mean", "eval/return_std", "eval/length_mean", "eval/episodes",
+                                 "time/eval_s"}
     assert ev.metrics()["eval/episodes"] == 2.0
+    # an untrained CartPole policy's episode earns 1 a step: its length is its return
+    assert ev.metrics()["eval/length_mean"] == pytest.approx(ev.metrics()["eval/return_mean"])
 
 
 def test_an_unfinished_evaluation_reports_nan_not_zero():

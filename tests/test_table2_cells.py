@@ -1,8 +1,9 @@
-"""models/report/table2_cells.py: a Table 2's cells, their cache keys and `--only`."""
+"""models/report/table2_cells.py: a Table 2's cells, their cache keys and `--only`; the page's body table."""
 
 from __future__ import annotations
 
 import hashlib
+import math
 
 import pytest
 
@@ -21,6 +22,7 @@ from models.report.table2_cells import (
     select,
     workload_parts,
 )
+from models.report.table2_rows import LastEvaluation
 
 CELLS = plan_cells(["CartPole-v1", "Hopper-v5-locomotion"], ["learned", "max", "impact"],
                    {"CartPole-v1": [100, 101], "Hopper-v5-locomotion": [100]})
@@ -139,3 +141,49 @@ def test_a_seeds_ramps_come_after_its_fixed_8_cell_and_need_it():
 def test_a_ramp_is_only_increase_or_decrease():
     with pytest.raises(ConfigError, match="ramps"):
         ramp_spec("max", 60)
+
+
+def test_the_page_states_what_the_body_did_at_each_rows_last_evaluation(mlflow_uri):
+    # real MLflow runs with the eval/ metrics a train or IMPACT run logs; the last evaluation counts
+    from mlflow.tracking import MlflowClient
+
+    from benchmarks.table2_page import body_lines, last_evaluation
+
+    client = MlflowClient(mlflow_uri)
+    experiment = client.create_experiment("body")
+
+    def run(evaluations: dict[int, tuple[float, ...]]) -> str:
+        run_id = client.create_run(experiment).info.run_id
+        keys = ("eval/return_mean", "eval/forward_displacement_mean", "eval/forward_displacement_min", "eval/length_mean")
+        for step, values in evaluations.items():
+            for key, value in zip(keys, values, strict=False):  # an older run has no eval/length_mean
+                client.log_metric(run_id, key, value, step=step)
+        return run_id
+
+    hopping = run({8: (900.0, 0.1, -0.2, 300.0), 16: (2100.0, 8.0, 7.5, 1000.0)})
+    older = run({8: (2300.0, 10.0, 9.0)})
+    standing = run({8: (1000.0, 0.0, -0.1, 1000.0)})
+    assert last_evaluation(client, hopping) == LastEvaluation(2100.0, 1000.0, 8.0, 7.5)
+    assert math.isnan(last_evaluation(client, older).length_mean)
+    assert last_evaluation(client, run({})) is None
+    assert last_evaluation(client, "a-run-carried-in-from-elsewhere") is None
+    cells = [{"workload": "Hopper-v5-locomotion", "row": "fixed:2", "run_id": hopping},
+             {"workload": "Hopper-v5-locomotion", "row": "fixed:2", "run_id": older},
+             {"workload": "Hopper-v5-locomotion", "row": "max", "run_id": standing},
+             {"workload": "Hopper-v5-locomotion", "row": "max", "run_id": "carried"},
+             {"workload": "CartPole-v1", "row": "max", "run_id": standing}]
+    results = {"cells": cells, "workloads": {"Hopper-v5-locomotion": {"env": "Hopper-v5"},
+                                             "CartPole-v1": {"env": "CartPole-v1"}}}
+    lines = "\n".join(body_lines(client, "Hopper-v5-locomotion", results))
+    assert "| fixed:2 | 2 | 2,200 | 1,000 | 9 | 7.5 |" in lines  # means over seeds; the lowest episode anywhere
+    assert "| max | 1 | 1,000 | 1,000 | 0 | -0.1 |" in lines
+    assert body_lines(client, "CartPole-v1", results) == []  # no body: no section
+
+
+def test_the_page_names_the_commit_of_the_checkout_whose_code_the_cells_ran(tmp_path):
+    # `table2_page --code-root <worktree of the cells' commit>`: newer page code, the cells' commit named
+    from benchmarks.table2_page import ROOT, _commit
+
+    code = code_fingerprint(ROOT)
+    assert not _commit(code).startswith("not ")
+    assert _commit(code, tmp_path).startswith("not unknown (its code differs")  # no checkout of that code there

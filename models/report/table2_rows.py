@@ -6,6 +6,7 @@ start-up, and the best Fixed(N) in hindsight. Pure: no Prefect, no MLflow.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -61,7 +62,8 @@ def workload_rows(results: Sequence[CellResult], impact_actors: int) -> list[Agg
 
 
 PAGE_COLUMNS = (("scheduler", "system"), ("runs", "seeds done"), ("reached", "reached J"),
-                ("time_s_mean", "time to J, cloud clock (s)"), ("time_s_std", "+- (s)"), ("wall_s_mean", "wall (s)"),
+                ("time_s_mean", "time to J (a run that missed J: to its stop), cloud clock (s)"),
+                ("time_s_std", "+- (s)"), ("wall_s_mean", "wall (s)"),
                 ("cost_usd_mean", "cost, learner per round (USD)"),
                 ("cost_resident_learner_usd_mean", "cost, learner resident (USD)"),
                 ("env_steps_mean", "env steps"), ("rounds_mean", "rounds"), ("actors_mean", "mean actors"))
@@ -78,4 +80,29 @@ def page_table(rows: Sequence[dict[str, object]]) -> str:
     """One workload's rows (results.json `tables[<workload>]`) as the results page's markdown table."""
     lines = ["| " + " | ".join(h for _, h in PAGE_COLUMNS) + " |", "|" + "---|" * len(PAGE_COLUMNS)]
     lines += ["| " + " | ".join(page_cell(r.get(k, "")) for k, _ in PAGE_COLUMNS) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class LastEvaluation:
+    """A cell's last evaluation: where its run reached J on evaluations, the one that reached it
+    (the run stops there); what the body did there says what J means on a locomotion env."""
+
+    return_mean: float
+    length_mean: float
+    """NaN for runs before eval/length_mean was recorded (2026-12-05)."""
+    displacement_mean: float
+    displacement_min: float
+
+
+def body_table(rows: dict[str, Sequence[LastEvaluation]]) -> str:
+    """Per row (its cells' last evaluations): mean eval return, episode length and forward
+    displacement over the seeds, and the lowest episode's displacement on any seed."""
+    lines = ["| system | seeds | eval return | episode length (steps) | forward displacement (m) | "
+             "lowest episode's displacement (m) |", "|---|---|---|---|---|---|"]
+    for label, evals in rows.items():
+        lowest = [e.displacement_min for e in evals if math.isfinite(e.displacement_min)]
+        figures = [mean_std(getattr(e, f) for e in evals)[0] for f in ("return_mean", "length_mean", "displacement_mean")]
+        lines.append(f"| {label} | {len(evals)} | " + " | ".join(page_cell(x) for x in figures)
+                     + f" | {page_cell(min(lowest) if lowest else math.nan)} |")
     return "\n".join(lines)

@@ -46,6 +46,7 @@ class Evaluation:
     def metrics(self, prefix: str = "eval/") -> dict[str, float]:
         """The figures as MLflow metrics (and time/eval_s); the motion ones only for locomotion envs."""
         out = {"return_mean": self.return_mean, "return_std": self.return_std,
+               "length_mean": float(np.mean(self.lengths)) if self.lengths else math.nan,
                "episodes": float(self.episodes)}
         motion = self.motion
         if motion is not None:
