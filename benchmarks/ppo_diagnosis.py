@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def eval_row(ev) -> dict:
     motion = ev.motion
-    return {"eval_return": round(ev.return_mean, 1), "eval_length": round(ev.metrics()["eval/length_mean"], 1),
+    return {"eval_return": round(ev.return_mean, 1), "eval_length": round(ev.length_mean, 1),
             "displacement": round(motion.forward_displacement_mean, 2) if motion else None,
             "displacement_min": round(motion.forward_displacement_min, 2) if motion else None}
 

@@ -36,6 +36,10 @@ class Evaluation:
         return float(np.mean(self.returns)) if self.returns else math.nan
 
     @property
+    def length_mean(self) -> float:
+        return float(np.mean(self.lengths)) if self.lengths else math.nan
+
+    @property
     def return_std(self) -> float:
         return float(np.std(self.returns)) if self.returns else math.nan
 
@@ -46,7 +50,7 @@ class Evaluation:
     def metrics(self, prefix: str = "eval/") -> dict[str, float]:
         """The figures as MLflow metrics (and time/eval_s); the motion ones only for locomotion envs."""
         out = {"return_mean": self.return_mean, "return_std": self.return_std,
-               "length_mean": float(np.mean(self.lengths)) if self.lengths else math.nan,
+               "length_mean": self.length_mean,
                "episodes": float(self.episodes)}
         motion = self.motion
         if motion is not None:
