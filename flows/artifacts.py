@@ -232,7 +232,7 @@ class RunArtifacts:
         last = s.last
         self.publisher.progress("progress", run_progress(
             s.round_index, cfg.max_rounds, cfg.target_return, last.mean_return if last else float("nan"),
-            s.stop_reason, s.progress.spent_usd, cfg.budget_usd))
+            s.stop_reason, s.progress.spent_usd, cfg.budget_usd, s.progress.done_fraction(cfg.max_rounds, cfg.max_env_steps)))
 
     def _publish_table(self) -> None:
         self._table_rounds = self.session.round_index

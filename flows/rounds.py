@@ -70,7 +70,7 @@ def round_flow(session: TrainingSession, backend: ActorBackend, journal: RoundJo
         if failures:
             get_run_logger().warning("round %d continues with %d of %d batches (%d actors failed)",
                                      round_index, len(batches), actors, len(failures))
-        stats = update(session.learner, batches, round_index, journal)
+        stats = update(session.learner, batches, round_index, journal, session.progress.env_steps)
         stats["time/round_body_s"] = time.perf_counter() - body_started
         return batches, [f.billed_s for f in failures], stats
 
@@ -139,9 +139,10 @@ def run_rounds(session: TrainingSession, backend: ActorBackend, tracker: RunTrac
             chaos_point("saved", k)
             tracker.log_metrics(metrics, step=k)
             chaos_point("logged", k)
-            # "round k/K (p%)" is the terminal's progress bar: how far the run is towards K rounds
+            # "round k/K (p%)" is the terminal's progress bar: how far the run is towards K rounds or S env steps
             logger.info("round %d/%d (%d%%): %d actors, return %.1f (J %g), P_k %.2fs, wall %.2fs, "
-                        "$%.6f ($%.6f of B left)", k, cfg.max_rounds, 100 * (k + 1) // max(cfg.max_rounds, 1),
+                        "$%.6f ($%.6f of B left)", k, cfg.max_rounds,
+                        100 * session.progress.done_fraction(cfg.max_rounds, cfg.max_env_steps),
                         actors, metrics["rollout/ep_return_mean"], cfg.target_return, metrics["time/round_s"],
                         metrics["time/round_wall_s"], metrics["cost/round_usd"], session.budget_left_usd)
             if on_round is not None:

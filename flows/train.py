@@ -81,8 +81,8 @@ def train_run_name() -> str:
 @with_parameter_docs(Workload, Placement, RunConfig, **PARAMETER_DOCS)
 def train(
     env: str | None = None, scheduler: str | None = None, target_return: float | None = None,
-    budget_usd: float | None = None, max_rounds: int | None = None, i_max: int | None = None,
-    fragment: int | None = None, envs_per_actor: int | None = None, carry_episodes: bool | None = None,
+    budget_usd: float | None = None, max_rounds: int | None = None, max_env_steps: int | None = None,
+    i_max: int | None = None, fragment: int | None = None, envs_per_actor: int | None = None, carry_episodes: bool | None = None,
     env_backend: str | None = None, seed: int | None = None, scheduler_seed: int | None = None, backend: str | None = None,
     ppo: Overrides | None = None, actor_memory_gb: float | None = None, learner_device: str | None = None,
     prices_file: str | None = None, tracking_uri: str | None = None, experiment: str | None = None,

@@ -81,9 +81,10 @@ def evaluate(session, episodes: int) -> dict[str, float]:
 
 @task(name="update", task_run_name="update-r{round_index}", **_FAST)
 def update(learner: Learner, batches: list[RolloutBatch], round_index: int,
-           journal: RoundJournal | None = None) -> dict[str, float]:
-    """The learner: GAE and PPO epochs on all of the round's fragments (GPU when present)."""
-    stats = learner.update(batches, round_index)
+           journal: RoundJournal | None = None, env_steps: int = 0) -> dict[str, float]:
+    """The learner: GAE and PPO epochs on all of the round's fragments (GPU when present);
+    env_steps: the run's before this round."""
+    stats = learner.update(batches, round_index, env_steps)
     if journal is not None:
         journal.learner_done(stats["time/learner_s"])
     chaos_point("update_done", round_index)

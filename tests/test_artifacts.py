@@ -11,7 +11,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from models.report.run_report import artifact_key
-from models.run.records import RoundRecord
+from models.run.records import RoundRecord, RunProgress
 from models.scheduling.training import SchedulerEpisodeRecord
 
 
@@ -70,10 +70,10 @@ class FakeTracker:
 
 def fake_session(rounds: int):
     history = [RoundRecord(k, 2, 10.0 * k, 128, 1.0, 1.5, 0.2, 0.8, 0.001, 0.1, 0.01) for k in range(rounds)]
-    cfg = SimpleNamespace(env_id="CartPole-v1", max_rounds=10, target_return=475.0, budget_usd=0.05)
+    cfg = SimpleNamespace(env_id="CartPole-v1", max_rounds=10, max_env_steps=None, target_return=475.0, budget_usd=0.05)
     return SimpleNamespace(run_id="abcdef0123456789", cfg=cfg, round_index=rounds, stop_reason=None,
                            last=history[-1] if history else None,
-                           progress=SimpleNamespace(history=history, spent_usd=0.001 * rounds))
+                           progress=RunProgress(round_index=rounds, history=history, spent_usd=0.001 * rounds))
 
 
 def test_an_artifact_that_cannot_be_published_never_fails_training(monkeypatch, caplog):

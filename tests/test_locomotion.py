@@ -132,7 +132,22 @@ def test_locomotion_presets_leave_the_papers_presets_as_they_are():
         preset_for("CartPole-v1", "locomotion")
 
 
-@pytest.mark.parametrize("env_id", ["Hopper-v5", "HalfCheetah-v5"])
+def test_humanoids_locomotion_variant_gives_every_actor_count_the_same_env_step_budget():
+    """Humanoid-v5's walk (J 5000): S = 3M env steps however wide the rounds, K never first (even
+    Fixed(1) gets all of S), and the same S for the IMPACT row; PPO's updates held to a KL of 0.03."""
+    from models.impact.config import resolve_impact_config
+    from models.run.presets import resolve_run_config
+    from models.run.workload import Workload
+
+    walk = Workload(env="Humanoid-v5", preset="locomotion")
+    one, wide = resolve_run_config(walk, scheduler="fixed:1"), resolve_run_config(walk, scheduler="max")
+    assert (one.target_return, one.max_env_steps, one.ppo.target_kl) == (5000, 3_000_000, 0.03)
+    assert one.max_rounds * one.fragment >= one.max_env_steps and wide.max_env_steps == one.max_env_steps
+    assert resolve_impact_config(walk).max_env_steps == 3_000_000
+    assert resolve_run_config(Workload(env="Humanoid-v5")).max_env_steps is None  # the paper's preset: K alone
+
+
+@pytest.mark.parametrize("env_id", ["Hopper-v5", "HalfCheetah-v5", "Humanoid-v5"])
 def test_the_locomotion_j_is_judged_on_evaluations_unless_the_user_says_otherwise(env_id):
     """Every run of a locomotion workload (a `train`, a Table 2 cell, a scheduler's episode) stops at
     J only when an evaluation (5 deterministic episodes every 8 rounds) reaches it with every

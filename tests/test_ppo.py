@@ -199,6 +199,16 @@ def test_learner_anneals_learning_rate(spaces):
     assert stats["train/learning_rate"] == pytest.approx(0.6e-3)
 
 
+def test_learner_anneals_to_zero_at_the_nearer_of_k_rounds_and_the_env_step_budget(spaces):
+    learner = Learner(spaces, PPOConfig(update_epochs=1, minibatch_size=64, learning_rate=1e-3, anneal_lr=True),
+                      seed=0, device="cpu", max_rounds=10, max_env_steps=1000)
+    assert learner.anneal_fraction(round_index=2, env_steps=500) == pytest.approx(0.5)  # S is nearer
+    assert learner.anneal_fraction(round_index=8, env_steps=100) == pytest.approx(0.2)  # K is nearer
+    assert learner.anneal_fraction(round_index=1, env_steps=1500) == 0.0  # past S: never negative
+    stats = learner.update(synthetic_batches(learner), round_index=1, env_steps=750)
+    assert stats["train/learning_rate"] == pytest.approx(0.25e-3)
+
+
 def test_same_seed_learners_give_identical_weights(spaces):
     def run(seed: int) -> tuple[dict, dict]:
         learner = Learner(spaces, CFG, seed=seed, device="cpu")

@@ -11,7 +11,7 @@ from models.errors import ConfigError
 from models.rl.rollout import RolloutBatch
 from models.rl.timings import ActorTimings
 from models.run.presets import resolve_parameters
-from models.run.records import STOP_BUDGET, STOP_MAX_ROUNDS, STOP_TARGET
+from models.run.records import STOP_BUDGET, STOP_MAX_ENV_STEPS, STOP_MAX_ROUNDS, STOP_TARGET
 from models.run.session import TrainingSession
 
 LEARNER_S = 0.5
@@ -90,6 +90,33 @@ def test_max_rounds_stops_after_k_rounds_and_a_round_without_episodes_never_reac
     assert math.isnan(s.last.mean_return) and s.stop_reason is None
     finish_round(s, [5.0])
     assert s.stop_reason == STOP_MAX_ROUNDS and s.summary().rounds == 2
+
+
+def test_the_env_step_budget_stops_after_the_round_that_reaches_it_whatever_the_actor_count(tmp_path):
+    from models.run.checkpoint import load_run_checkpoint
+
+    s = session(target_return=1000.0, max_rounds=100, max_env_steps=40)  # rounds of 8 steps an actor
+    finish_round(s, [5.0], actors=2)  # 16 steps
+    assert s.stop_reason is None
+    assert s.progress.done_fraction(100, 40) == pytest.approx(0.4)  # the progress bar: S is nearer than K
+    assert s.progress.done_fraction(100, None) == pytest.approx(0.01)
+    finish_round(s, [5.0], actors=3)  # 40: at S
+    assert s.stop_reason == STOP_MAX_ENV_STEPS and s.summary().env_steps == 40 and s.summary().rounds == 2
+    assert not s.summary().target_reached and "S=40" in s.progress.stop_detail
+    s.progress.run_id = "abc"
+    s.save(tmp_path / "latest.pt")
+    raised = session(target_return=1000.0, max_rounds=100, max_env_steps=64)  # a resume may raise S
+    raised.load(load_run_checkpoint(tmp_path / "latest.pt"))
+    assert raised.stop_reason is None
+    same = session(target_return=1000.0, max_rounds=100, max_env_steps=40)
+    same.load(load_run_checkpoint(tmp_path / "latest.pt"))
+    assert same.stop_reason == STOP_MAX_ENV_STEPS
+
+
+def test_a_bad_env_step_budget_is_refused_before_anything_runs():
+    for bad in (0, -5, 2.5):
+        with pytest.raises(ConfigError, match="max_env_steps"):
+            session(max_env_steps=bad)
 
 
 def test_budget_rule_refuses_a_round_whose_bound_does_not_fit():

@@ -161,6 +161,19 @@ def test_each_row_says_which_schedule_it_ran():
     assert (cluster.label, cluster.scheduler, cluster.system) == ("server cluster", "fixed:32", "server-cluster")
 
 
+def test_the_impact_row_gets_the_workloads_env_step_budget_where_its_preset_has_one(mlflow_uri):
+    """Humanoid-v5's walk gives every row S = 3M env steps, IMPACT's 32 actors included; without an
+    S (Hopper-v5's variant) IMPACT keeps its own preset's budget per actor (2 actors' 1M x 16)."""
+    from flows.experiments.common import Experiment
+    from models.run.workload import Workload
+
+    walk = Workload(env="Humanoid-v5", preset="locomotion")
+    table = Experiment("t", walk, None, {}, mlflow_uri, None, None)
+    assert table.impact_parameters(100)["max_env_steps"] == 3_000_000
+    assert table.impact_parameters(100, Workload(env="Hopper-v5", preset="locomotion"))["max_env_steps"] == 16_000_000
+    assert table.impact_parameters(100, walk.with_values(max_env_steps=5000))["max_env_steps"] == 5000
+
+
 def test_a_table_holds_several_learned_rows_each_named_by_its_scheduler():
     """`learned:<ref>` rows beside `learned`: e.g. fine-tuned from two sources and from scratch,
     each its own row against the same cells."""

@@ -53,7 +53,7 @@ from models.report.run_report import (
     table_due,
 )
 from models.run.config import ConfigError
-from models.run.presets import resolve_run_config
+from models.run.presets import preset_for, resolve_run_config
 from models.run.records import RunSummary
 from models.run.workload import Placement, Workload
 from models.scheduling.learned_spec import SHIPPED
@@ -186,14 +186,18 @@ class Experiment:
         share), nested under its parent run; validated by the caller (flows/impact.py
         prepare_impact) before any run starts. IMPACT runs as the paper provisions it, on the same
         clock as the other rows: the cluster's actor cores as always-on actors on the cloud clock
-        (the virtual backend), unless the workload sets its own actor count; with the preset's
-        env-step budget per actor (32 actors deliver 16x what the preset's 2 do in the same time,
-        most of it overwritten unused in the buffer)."""
+        (the virtual backend), unless the workload sets its own actor count; with the workload's
+        env-step budget S where its PPO preset has one (the PPO rows' own), else the IMPACT preset's
+        budget per actor (32 actors deliver 16x what the preset's 2 do in the same time, most of
+        it overwritten unused in the buffer)."""
         workload = workload or self.workload
         given = workload.for_impact()
         cores = PriceTable.load(workload.prices_file).server_actor_cores
         overrides = {"actors": cores, **dict(given.get("impact") or {})}  # type: ignore[call-overload]
-        if "max_env_steps" not in given:  # the preset's env-step budget per actor, not for the run
+        common = preset_for(workload.env, workload.preset).get("max_env_steps")
+        if "max_env_steps" not in given and common is not None:  # the workload's S, as PPO's rows
+            given["max_env_steps"] = common
+        elif "max_env_steps" not in given:  # the IMPACT preset's env-step budget per actor, not for the run
             preset = resolve_impact_config(Workload(env=workload.env, preset=workload.preset))
             given["max_env_steps"] = preset.max_env_steps * max(int(overrides["actors"]) // preset.impact.actors, 1)
         return {**given, "impact": overrides, "backend": "virtual", "seed": seed,

@@ -53,19 +53,19 @@ class Progress:
 
 def run_progress(rounds_done: int, max_rounds: int, target_return: float, last_return: float,
                  stop_reason: str | None = None, spent_usd: float = 0.0,
-                 budget_usd: float | None = None) -> Progress:
-    """Rounds done of K; 100 % once the run stopped, for whatever reason, with the reason."""
-    percent = 100.0 if stop_reason else min(100.0, 100.0 * rounds_done / max(max_rounds, 1))
+                 budget_usd: float | None = None, done: float | None = None) -> Progress:
+    """Rounds done of K (or `done`, the fraction of the nearer of K and S); 100 % once the run
+    stopped, for whatever reason, with the reason."""
+    percent = 100.0 if stop_reason else min(100.0, 100.0 * (rounds_done / max(max_rounds, 1) if done is None else done))
     ret = "no episode ended" if math.isnan(last_return) else f"return {last_return:.1f}"
     money = f"; ${spent_usd:.4g} of B=${budget_usd:.4g} spent" if budget_usd is not None else ""
-    if stop_reason == STOP_TARGET:
-        head = f"J={target_return:g} reached at round {rounds_done - 1} ({ret})"
-    elif stop_reason == STOP_BUDGET:
-        head = f"stopped by the budget after {rounds_done} of K={max_rounds} rounds ({ret}, J={target_return:g} not reached)"
-    elif stop_reason == STOP_MAX_ROUNDS:
-        head = f"K={max_rounds} rounds done ({ret}, J={target_return:g} not reached)"
-    else:
-        head = f"{rounds_done} of K={max_rounds} rounds done ({ret}, J={target_return:g})"
+    missed = f"({ret}, J={target_return:g} not reached)"
+    head = {STOP_TARGET: f"J={target_return:g} reached at round {rounds_done - 1} ({ret})",
+            STOP_BUDGET: f"stopped by the budget after {rounds_done} of K={max_rounds} rounds {missed}",
+            STOP_MAX_ROUNDS: f"K={max_rounds} rounds done {missed}"}.get(stop_reason or "")
+    if head is None:  # another stop (max_env_steps: the env-step budget S), or none yet
+        head = (f"stopped by {stop_reason} after {rounds_done} rounds {missed}" if stop_reason
+                else f"{rounds_done} of K={max_rounds} rounds done ({ret}, J={target_return:g})")
     return Progress(percent, head + money)
 
 

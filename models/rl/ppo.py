@@ -110,7 +110,7 @@ class Learner:
     """Holds the policy and optimiser; one `update` per round."""
 
     def __init__(self, spaces: EnvSpaces, cfg: PPOConfig, seed: int = 0,
-                 device: str = "auto", max_rounds: int | None = None):
+                 device: str = "auto", max_rounds: int | None = None, max_env_steps: int | None = None):
         torch.set_num_threads(1)
         torch.manual_seed(seed)
         self.cfg = cfg
@@ -122,6 +122,7 @@ class Learner:
         self.flat = FlatParameters(self.policy)
         self.optimizer = FlatAdam(self.flat.flat, lr=cfg.learning_rate, eps=1e-5)
         self.max_rounds = max_rounds
+        self.max_env_steps = max_env_steps
         self.generator = torch.Generator().manual_seed(seed)
         self.updates = 0
         self.obs_rms = RunningMeanStd(spaces.obs_shape) if cfg.normalize_obs else None
@@ -206,14 +207,24 @@ class Learner:
         return torch.cat([self.policy.value(obs[i:i + chunk]) for i in range(0, len(obs), chunk)])
 
     # -- optimisation phase --------------------------------------------------------------
-    def update(self, batches: list[RolloutBatch], round_index: int = 0) -> dict[str, float]:
-        """One PPO update on the round's fragments; returns train/... statistics."""
+    def anneal_fraction(self, round_index: int, env_steps: int) -> float:
+        """anneal_lr's step-size factor: linear to 0 at whichever budget is nearer, K rounds or
+        max_env_steps (CleanRL anneals over its env-step budget)."""
+        fractions = [1.0]
+        if self.max_rounds:
+            fractions.append(1.0 - round_index / self.max_rounds)
+        if self.max_env_steps:
+            fractions.append(1.0 - env_steps / self.max_env_steps)
+        return max(min(fractions), 0.0)
+
+    def update(self, batches: list[RolloutBatch], round_index: int = 0, env_steps: int = 0) -> dict[str, float]:
+        """One PPO update on the round's fragments; returns train/... statistics. env_steps: the
+        run's env steps before this round (anneal_lr over max_env_steps)."""
         t0 = time.perf_counter()
         cfg = self.cfg
-        if cfg.anneal_lr and self.max_rounds:
-            frac = max(1.0 - round_index / self.max_rounds, 0.0)
+        if cfg.anneal_lr and (self.max_rounds or self.max_env_steps):
             for group in self.optimizer.param_groups:
-                group["lr"] = frac * cfg.learning_rate
+                group["lr"] = self.anneal_fraction(round_index, env_steps) * cfg.learning_rate
         data = self.prepare(batches)
         self._merge_norm_deltas(batches)
         n = len(data)

@@ -192,6 +192,10 @@ class RunConfig:
     """Env steps one actor samples per round."""
     envs_per_actor: int
     """Envs one actor steps in lockstep (divides fragment)."""
+    max_env_steps: int | None = None
+    """S: stop after the round that brings the run's env steps to this many (every system the same
+    sample budget, however wide its rounds); anneal_lr then decays to 0 at the nearer of K and S.
+    None: no such stop."""
     seed: int = 0
     """Run seed; actor i of round k seeds from (seed, k, i)."""
     scheduler_seed: int | None = None
@@ -259,7 +263,7 @@ class RunConfig:
     # What a resumed run may change (recorded as a tag): where and how long it runs, never
     # what it learns. tracking_uri: a store moved elsewhere (the run must exist there).
     RESUMABLE_CHANGES: ClassVar[frozenset[str]] = frozenset({
-        "max_rounds", "budget_usd", "backend", "actor_timeout_s", "actor_retries", "quorum",
+        "max_rounds", "max_env_steps", "budget_usd", "backend", "actor_timeout_s", "actor_retries", "quorum",
         "eval_every", "eval_episodes", "stop_at_eval", "learner_device", "tracking_uri", "checkpoint_dir", "register_model",
         "log_model"})
 
@@ -268,6 +272,8 @@ class RunConfig:
         _check(self.budget_usd > 0 and math.isfinite(self.budget_usd),
                "budget_usd must be a positive number of dollars")
         _check(1 <= self.max_rounds <= 1_000_000, "max_rounds must be in [1, 1000000]")
+        _check(self.max_env_steps is None or (isinstance(self.max_env_steps, int) and self.max_env_steps >= 1),
+               f"max_env_steps must be an integer >= 1 or null, got {self.max_env_steps!r}")
         _check(1 <= self.i_max <= 1024, "i_max must be in [1, 1024]")
         _check(self.fragment >= 1, "fragment (env steps per actor per round) must be >= 1")
         _check(self.envs_per_actor >= 1, "envs_per_actor must be >= 1")

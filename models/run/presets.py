@@ -82,7 +82,7 @@ def resolve_run_config(workload: Workload, placement: Placement | None = None, *
         raise ConfigError(f"unknown run parameter(s) {unknown}")
     given = {k: v for k, v in workload.given().items() if k in fields and k != "ppo"}
     values = {key: preset[key] for key in PRESET_KEYS}
-    values.update({key: preset[key] for key in EVALUATION_KEYS if key in preset})
+    values.update({key: preset[key] for key in OPTIONAL_KEYS if key in preset})
     values.update(given)
     values.update({k: v for k, v in run.items() if v is not None})
     if placement.learner_device is not None:
@@ -197,9 +197,10 @@ def _coerce(key: str, value: Any) -> Any:
 
 PRESET_KEYS = ("scheduler", "target_return", "budget_usd", "max_rounds", "fragment", "envs_per_actor",
                "actor_memory_gb", "carry_episodes", "env_backend")
-EVALUATION_KEYS = ("eval_every", "eval_episodes", "stop_at_eval")
-"""Optional in a preset: how its J is judged (the locomotion variants: on evaluations)."""
+OPTIONAL_KEYS = ("eval_every", "eval_episodes", "stop_at_eval", "max_env_steps")
+"""Optional in a preset: how its J is judged (the locomotion variants: on evaluations) and an
+env-step budget S common to every actor count (Humanoid-v5's locomotion variant)."""
 _FLOAT_FIELDS = {"target_return", "budget_usd", "actor_memory_gb", "actor_timeout_s", "quorum"}
-_INT_FIELDS = {"max_rounds", "fragment", "envs_per_actor", "seed", "scheduler_seed", "i_max", "actor_retries", "eval_every",
-               "eval_episodes"}
+_INT_FIELDS = {"max_rounds", "max_env_steps", "fragment", "envs_per_actor", "seed", "scheduler_seed", "i_max",
+               "actor_retries", "eval_every", "eval_episodes"}
 _STR_FIELDS = {"scheduler", "env_backend", "learner_device", "tracking_uri", "experiment", "checkpoint_dir", "system"}

@@ -13,6 +13,7 @@ from models.run.config import LEARNER_PER_ROUND, LEARNER_RESIDENT, SYSTEM_SERVER
 from models.scheduling.features import SchedulerTrace
 
 STOP_TARGET, STOP_BUDGET, STOP_MAX_ROUNDS = "target_reached", "budget_spent", "max_rounds"
+STOP_MAX_ENV_STEPS = "max_env_steps"
 
 
 @dataclass(frozen=True)
@@ -166,6 +167,25 @@ class RunProgress:
     """The learner billed per round (its updates), whichever way the run is billed."""
     learner_resident_usd: float = 0.0
     """The learner billed resident (every second of the rounds' cloud clock), whichever way."""
+
+    def done_fraction(self, max_rounds: int, max_env_steps: int | None) -> float:
+        """How far the run is towards the nearer of its limits, K rounds and S env steps."""
+        return min(max(self.round_index / max(max_rounds, 1), self.env_steps / (max_env_steps or math.inf)), 1.0)
+
+    def apply_limits(self, max_rounds: int, max_env_steps: int | None) -> None:
+        """After a round that did not reach J: stop at K rounds, else at S env steps."""
+        if self.round_index >= max_rounds:
+            self.stop_reason, self.stop_detail = STOP_MAX_ROUNDS, f"max_rounds: K={max_rounds} rounds run"
+        elif max_env_steps is not None and self.env_steps >= max_env_steps:
+            self.stop_reason = STOP_MAX_ENV_STEPS
+            self.stop_detail = f"max_env_steps: {self.env_steps} env steps run (S={max_env_steps})"
+
+    def reopen_limits(self, max_rounds: int, max_env_steps: int | None) -> None:
+        """A resume may raise K, S or B: those stops are decided again; a reached target stays."""
+        if ((self.stop_reason == STOP_MAX_ROUNDS and self.round_index < max_rounds)
+                or (self.stop_reason == STOP_MAX_ENV_STEPS and (max_env_steps or math.inf) > self.env_steps)
+                or self.stop_reason == STOP_BUDGET):
+            self.stop_reason, self.stop_detail = None, ""
 
     @classmethod
     def from_checkpoint(cls, values: JSONObject, where: str) -> RunProgress:

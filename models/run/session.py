@@ -32,7 +32,7 @@ from models.run.checkpoint import PolicyArtifact, RunCheckpoint, save_policy, sa
 from models.run.config import RunConfig
 from models.run.journal import LostAttempt
 from models.run.metrics import actor_billed_s, one_core_per_actor_wall_s, round_metrics
-from models.run.records import STOP_BUDGET, STOP_MAX_ROUNDS, STOP_TARGET, RoundRecord, RunProgress, RunSummary
+from models.run.records import STOP_BUDGET, STOP_TARGET, RoundRecord, RunProgress, RunSummary
 from models.scheduling.schedulers import RoundState, make_scheduler
 
 
@@ -48,7 +48,7 @@ class TrainingSession:
         # timing one minibatch step there, which the budget bound needs before round 0.
         started = time.perf_counter()
         self.learner = Learner(self.spaces, cfg.ppo, seed=cfg.seed, device=cfg.learner_device,
-                               max_rounds=cfg.max_rounds)
+                               max_rounds=cfg.max_rounds, max_env_steps=cfg.max_env_steps)
         step_s = calibrate_learner(self.learner.policy, self.spaces.obs_shape, self.spaces.obs_dtype,
                                    self.spaces.discrete, self.spaces.n_actions, cfg.ppo.minibatch_size)
         self.learner_startup_s = time.perf_counter() - started
@@ -273,14 +273,13 @@ class TrainingSession:
         p.round_index += 1
 
     def _apply_stop_rules(self, ret: float) -> None:
-        """J on R_k (unless judged on evaluations), then K."""
+        """J on R_k (unless judged on evaluations), then K, then S (max_env_steps)."""
         p = self.progress
         if not self.cfg.stop_at_eval and not math.isnan(ret) and ret >= self.cfg.target_return:
             p.stop_reason = STOP_TARGET
             p.stop_detail = f"target: round {p.round_index - 1} returned {ret:.4g} >= J={self.cfg.target_return:g}"
-        elif p.round_index >= self.cfg.max_rounds:
-            p.stop_reason = STOP_MAX_ROUNDS
-            p.stop_detail = f"max_rounds: K={self.cfg.max_rounds} rounds run"
+        else:
+            p.apply_limits(self.cfg.max_rounds, self.cfg.max_env_steps)
 
     def add_orchestration(self, seconds: float) -> None:
         """Orchestration after the last round (its checkpoint and MLflow writes, the stop): on
@@ -382,10 +381,7 @@ class TrainingSession:
         self.scheduler.load_state_dict(checkpoint.scheduler)
         self.carry = dict(checkpoint.carry)
         self.progress = progress
-        # A resume may raise K or B: those stops are decided again; a reached target stays.
-        p = self.progress
-        if (p.stop_reason == STOP_MAX_ROUNDS and p.round_index < self.cfg.max_rounds) or p.stop_reason == STOP_BUDGET:
-            p.stop_reason, p.stop_detail = None, ""
+        progress.reopen_limits(self.cfg.max_rounds, self.cfg.max_env_steps)
 
 
 def actor_seed(seed: int, round_index: int, actor_index: int, i_max: int) -> int:

@@ -70,7 +70,8 @@ class Workload:
     """Judge J on the evaluations, not on R_k: stop once an evaluation's mean return reaches J
     with every episode moving forward (MuJoCo locomotion); needs eval_every (PPO)."""
     max_env_steps: int | None = None
-    """IMPACT: stop once the actors have delivered this many env steps."""
+    """S: the env-step budget, the same for any actor count: IMPACT stops once its actors have
+    delivered this many env steps, PPO after the round that brings it there."""
     max_wall_s: float | None = None
     """IMPACT: wall-clock limit of the training, seconds."""
     impact: Overrides | None = None
@@ -146,7 +147,7 @@ class Placement:
 
 
 WORKLOAD_FIELDS = tuple(f.name for f in fields(Workload))
-IMPACT_ONLY = ("max_env_steps", "max_wall_s", "impact")
+IMPACT_ONLY = ("max_wall_s", "impact")
 PPO_ONLY = ("budget_usd", "max_rounds", "i_max", "fragment", "envs_per_actor", "carry_episodes", "actor_memory_gb",
             "env_backend", "ppo", "eval_every", "eval_episodes", "stop_at_eval")
 PLACEMENT_FIELDS = tuple(f.name for f in fields(Placement))
