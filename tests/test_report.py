@@ -61,6 +61,10 @@ def test_progress_counts_rounds_of_k_and_says_when_j_is_reached():
     assert budget.percent == 100.0
     assert "budget" in budget.description and "no episode ended" in budget.description
     assert run_progress(60, 60, 475.0, 1.0, stop_reason="max_rounds").description.startswith("K=60 rounds done")
+    # with an env-step budget S nearer than K, the bar follows S, and its stop says so
+    assert run_progress(3, 60, 475.0, 1.0, done=0.5).percent == pytest.approx(50.0)
+    spent = run_progress(7, 60, 475.0, 1.0, stop_reason="max_env_steps").description
+    assert spent.startswith("stopped by max_env_steps after 7 rounds") and "not reached" in spent
 
 
 def test_round_rows_list_every_round_with_the_budget_left():
