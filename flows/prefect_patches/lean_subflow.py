@@ -191,6 +191,10 @@ def _answered_locally(engine: Any, wanted: Callable[[Any], bool], answer: Callab
         engine.__dict__.pop("set_state", None)
 
 
+class StateNotRecorded(RuntimeError):
+    """The API did not take a state sent in the background; the text of why."""
+
+
 _jobs: queue.SimpleQueue = queue.SimpleQueue()
 _completer: threading.Thread | None = None
 _completer_clients: dict[str, Any] = {}  # API URL -> the completer thread's own client
@@ -218,10 +222,12 @@ def _complete_later(engine: Any, state: Any) -> Any:
 def _complete_in_order() -> None:
     while True:
         future, context, flow_run_id, state = _jobs.get()
-        try:
-            future.set_result(context.run(_propose, flow_run_id, state))
+        try:  # only the answer's type is kept: the state holds the round's result (its batches) until flush()
+            future.set_result(context.run(_propose, flow_run_id, state).type)
         except BaseException as exc:  # noqa: BLE001 (handed to flush(), which reports it)
-            future.set_exception(exc)
+            # its text only: the exception's tracebacks (and those of its causes) hold the state too
+            future.set_exception(StateNotRecorded(repr(exc)))
+        del future, context, state  # nor does this thread hold the last one while it waits
 
 
 def _propose(flow_run_id: UUID, state: Any) -> Any:
@@ -249,11 +255,11 @@ def flush(timeout_s: float = 60.0) -> list[str]:
         except TimeoutError:
             problems.append(f"subflow run {name!r}: its {wanted} state was not answered within {timeout_s:g} s")
             continue
-        except Exception as exc:  # noqa: BLE001 (reported, not raised: the round's work is done)
-            problems.append(f"subflow run {name!r}: its {wanted} state was not recorded: {exc!r}")
+        except StateNotRecorded as exc:  # reported, not raised: the round's work is done
+            problems.append(f"subflow run {name!r}: its {wanted} state was not recorded: {exc}")
             continue
-        if got.type.value != wanted:
-            problems.append(f"subflow run {name!r}: the API answered {got.type.value} to its {wanted} state")
+        if got.value != wanted:
+            problems.append(f"subflow run {name!r}: the API answered {got.value} to its {wanted} state")
     return problems
 
 
