@@ -25,8 +25,8 @@ from pathlib import Path
 
 from benchmarks.before_after import ROOT, checkout, head_commit
 
-RUN_CODE = ("import json, sys; from flows.train import train; "
-            "print('RUN', train(**json.loads(sys.argv[1])).run_id, flush=True)")
+RUN_CODE = ("import json, sys, pathlib; from flows.train import train; "
+            "pathlib.Path(sys.argv[2]).write_text(train(**json.loads(sys.argv[1])).run_id)")
 
 
 def rss_mb(pid: int) -> float | None:
@@ -42,19 +42,17 @@ def rss_mb(pid: int) -> float | None:
 
 def run_side(checkout_dir: Path, train_kwargs: dict, tracking_uri: str) -> tuple[list[tuple[float, float]], str]:
     """A train run in checkout_dir: its memory samples (unix time, MB) and its MLflow run id."""
-    child = subprocess.Popen([sys.executable, "-c", RUN_CODE, json.dumps({**train_kwargs, "tracking_uri": tracking_uri})],
-                             cwd=checkout_dir, env={**os.environ, "PYTHONPATH": str(checkout_dir)},
-                             stdout=subprocess.PIPE, text=True)
+    run_id_file = Path(tempfile.mkdtemp()) / "run_id"  # not a pipe: the run's own output could fill it
+    child = subprocess.Popen([sys.executable, "-c", RUN_CODE, json.dumps({**train_kwargs, "tracking_uri": tracking_uri}),
+                              str(run_id_file)], cwd=checkout_dir, env={**os.environ, "PYTHONPATH": str(checkout_dir)})
     samples = []
     while child.poll() is None:
         if (mb := rss_mb(child.pid)) is not None:
             samples.append((time.time(), mb))
         time.sleep(0.2)
-    out = child.stdout.read() if child.stdout else ""
     if child.returncode != 0:
         raise SystemExit(f"the train run in {checkout_dir} failed (exit {child.returncode})")
-    run_id = next(line.split()[1] for line in out.splitlines() if line.startswith("RUN "))
-    return samples, run_id
+    return samples, run_id_file.read_text()
 
 
 def per_round(samples: list[tuple[float, float]], tracking_uri: str, run_id: str) -> list[float]:

@@ -211,7 +211,6 @@ def test_a_completed_state_the_api_does_not_take_is_reported_by_flush(prefect_ap
     assert lean_subflow.flush() == []  # reported once
 
 
-
 class _Batches:  # a round's result (its list of RolloutBatch: 12 MB a Humanoid round at 8 actors)
     pass
 
