@@ -40,9 +40,10 @@ def rss_mb(pid: int) -> float | None:
     return None
 
 
-def run_side(checkout_dir: Path, train_kwargs: dict, tracking_uri: str) -> tuple[list[tuple[float, float]], str]:
-    """A train run in checkout_dir: its memory samples (unix time, MB) and its MLflow run id."""
-    run_id_file = Path(tempfile.mkdtemp()) / "run_id"  # not a pipe: the run's own output could fill it
+def run_side(checkout_dir: Path, train_kwargs: dict, tracking_uri: str, run_id_file: Path
+             ) -> tuple[list[tuple[float, float]], str]:
+    """A train run in checkout_dir: its memory samples (unix time, MB) and its MLflow run id (written
+    to run_id_file, not a pipe: the run's own output could fill it)."""
     child = subprocess.Popen([sys.executable, "-c", RUN_CODE, json.dumps({**train_kwargs, "tracking_uri": tracking_uri}),
                               str(run_id_file)], cwd=checkout_dir, env={**os.environ, "PYTHONPATH": str(checkout_dir)})
     samples = []
@@ -89,7 +90,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", help="a commit to measure beside the working tree")
     parser.add_argument("--env", default="Humanoid-v5")
-    parser.add_argument("--preset", default="locomotion")
+    parser.add_argument("--preset", default="locomotion", help="'' for the env's own preset")
     parser.add_argument("--scheduler", default="fixed:8")
     parser.add_argument("--rounds", type=int, default=60)
     parser.add_argument("--json", help="write the figures here too")
@@ -97,7 +98,7 @@ def main() -> None:
     if not args.scheduler.startswith("fixed:"):
         raise SystemExit("--scheduler: a fixed:N count, so every round has the same batch")
     actors = int(args.scheduler.split(":")[1])
-    kwargs = {"env": args.env, "preset": args.preset, "scheduler": args.scheduler, "max_rounds": args.rounds,
+    kwargs = {"env": args.env, "preset": args.preset or None, "scheduler": args.scheduler, "max_rounds": args.rounds,
               "target_return": 1e9, "eval_every": 0, "stop_at_eval": False, "budget_usd": 100.0, "seed": 0,
               "experiment": "benchmark/round-memory"}
     sides = ([("before", *checkout(args.before))] if args.before else []) + [("after", ROOT, head_commit())]
@@ -105,27 +106,29 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for name, where, commit in sides:
             uri = f"sqlite:///{tmp}/{name}.db"
-            samples, run_id = run_side(where, {**kwargs, "checkpoint_dir": f"{tmp}/{name}-ckpt"}, uri)
+            samples, run_id = run_side(where, {**kwargs, "checkpoint_dir": f"{tmp}/{name}-ckpt"}, uri,
+                                       Path(tmp) / f"{name}-run-id")
             marks = per_round(samples, uri, run_id)
             tail = marks[len(marks) // 4:]
             rows.append({"side": name, "commit": commit, "rounds": len(marks), "rss_mb_round_1": marks[1],
                          "rss_mb_last": marks[-1], "peak_mb": max(mb for _, mb in samples),
                          "growth_mb_per_round": slope(tail)})
-    fragment = _fragment(args.env, args.preset)
+    fragment = _fragment(args.env, args.preset or None)
     batch = observation_mb(args.env, actors, fragment)
-    print(f"{args.env} ({args.preset}), {args.scheduler}, fragment {fragment}: one round's observations "
+    print(f"{args.env} ({args.preset or 'its preset'}), {args.scheduler}, fragment {fragment}: one round's observations "
           f"{batch:.1f} MB")
     print("| side | commit | rounds | RSS at round 1 (MB) | RSS at the last (MB) | peak (MB) | growth (MB/round) |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['side']} | {r['commit'][:12]} | {r['rounds']} | {r['rss_mb_round_1']:.0f} | "
+        commit = r["commit"][:12] + ("+changes" if r["commit"].endswith("+changes") else "")  # a dirty tree says so
+        print(f"| {r['side']} | {commit} | {r['rounds']} | {r['rss_mb_round_1']:.0f} | "
               f"{r['rss_mb_last']:.0f} | {r['peak_mb']:.0f} | {r['growth_mb_per_round']:.2f} |")
     if args.json:
         Path(args.json).write_text(json.dumps({"observations_mb_per_round": batch, "settings": kwargs,
                                                "sides": rows}, indent=1))
 
 
-def _fragment(env_id: str, preset: str) -> int:
+def _fragment(env_id: str, preset: str | None) -> int:
     from models.run.presets import resolve_parameters
 
     return resolve_parameters({"env": env_id, "preset": preset}).fragment
