@@ -147,7 +147,7 @@ def test_the_page_states_what_the_body_did_at_each_rows_last_evaluation(mlflow_u
     # real MLflow runs with the eval/ metrics a train or IMPACT run logs; the last evaluation counts
     from mlflow.tracking import MlflowClient
 
-    from benchmarks.table2_page import body_lines, last_evaluation
+    from benchmarks.table2_page import body_lines, cell_evaluations, last_evaluation
 
     client = MlflowClient(mlflow_uri)
     experiment = client.create_experiment("body")
@@ -174,10 +174,33 @@ def test_the_page_states_what_the_body_did_at_each_rows_last_evaluation(mlflow_u
              {"workload": "CartPole-v1", "row": "max", "run_id": standing}]
     results = {"cells": cells, "workloads": {"Hopper-v5-locomotion": {"env": "Hopper-v5"},
                                              "CartPole-v1": {"env": "CartPole-v1"}}}
-    lines = "\n".join(body_lines(client, "Hopper-v5-locomotion", results))
+    evaluations = cell_evaluations(client, results, {})
+    lines = "\n".join(body_lines("Hopper-v5-locomotion", results, evaluations))
     assert "| fixed:2 | 2 | 2,200 | 1,000 | 9 | 7.5 |" in lines  # means over seeds; the lowest episode anywhere
     assert "| max | 1 | 1,000 | 1,000 | 0 | -0.1 |" in lines
-    assert body_lines(client, "CartPole-v1", results) == []  # no body: no section
+    assert "Not known for some cells of: max (carried in without their evaluations)" in lines
+    assert body_lines("CartPole-v1", results, evaluations) == []  # no body: no section
+    # a carried cell's evaluation, known from the file exported beside its record, joins its row
+    carried = LastEvaluation(1200.0, 400.0, 2.0, 1.0)
+    lines = "\n".join(body_lines("Hopper-v5-locomotion", results, cell_evaluations(client, results, {"carried": carried})))
+    assert "| max | 2 | 1,100 | 700 | 1 | -0.1 |" in lines and "Not known" not in lines
+
+
+def test_last_evaluations_travel_as_strict_json_and_a_bad_file_is_refused():
+    from models.report.table2_rows import evaluations_json, parse_evaluations
+
+    evaluations = {"run-a": LastEvaluation(2100.0, math.nan, 8.0, 7.5), "run-b": LastEvaluation(5200.0, 950.0, 9.8, 7.9)}
+    text = evaluations_json(evaluations)
+    assert "NaN" not in text and "null" in text  # strict JSON: an older run's missing length is null
+    back = parse_evaluations(text, "cells/last_evaluations.json")
+    assert back["run-b"] == evaluations["run-b"] and math.isnan(back["run-a"].length_mean)
+    assert back["run-a"].return_mean == 2100.0
+    for bad in ("[1, 2]", '{"run-a": {"return_mean": 1.0}}', "not json",
+                '{"run-a": {"return_mean": "x", "length_mean": 1, "displacement_mean": 1, "displacement_min": 1}}'):
+        with pytest.raises(ConfigError, match="cells/last_evaluations.json: not a file of last evaluations"):
+            parse_evaluations(bad, "cells/last_evaluations.json")
+
+
 
 
 def test_the_page_names_the_commit_of_the_checkout_whose_code_the_cells_ran(tmp_path):

@@ -6,10 +6,12 @@ start-up, and the best Fixed(N) in hindsight. Pure: no Prefect, no MLflow.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from models.errors import ConfigError
 from models.impact.progress import ImpactSummary
 from models.report.experiment_stats import AggregateRow, aggregate, aggregate_impact, best_fixed, mean_std
 from models.report.table2_cells import IMPACT, SERVER_CLUSTER, Cell
@@ -93,6 +95,38 @@ class LastEvaluation:
     """NaN for runs before eval/length_mean was recorded (2026-12-05)."""
     displacement_mean: float
     displacement_min: float
+
+
+EVALUATIONS_FILE = "last_evaluations.json"
+"""Beside exported cells' records: each cell's last evaluation by run id, as its MLflow run stays
+behind in the store it ran in (a cell carried to another machine keeps what its body did)."""
+
+
+def evaluations_json(evaluations: Mapping[str, LastEvaluation]) -> str:
+    """Run id -> last evaluation, NaN written as null (strict JSON)."""
+    def figure(x: float) -> float | None:
+        return x if math.isfinite(x) else None
+    return json.dumps({run_id: {f.name: figure(getattr(e, f.name)) for f in dataclasses.fields(LastEvaluation)}
+                       for run_id, e in sorted(evaluations.items())}, indent=1)
+
+
+def parse_evaluations(text: str, source: str) -> dict[str, LastEvaluation]:
+    """The inverse of evaluations_json; anything else is a ConfigError naming `source`."""
+    names = {f.name for f in dataclasses.fields(LastEvaluation)}
+    try:
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("not an object of run ids")
+        found = {}
+        for run_id, figures in data.items():
+            if not isinstance(figures, dict) or set(figures) != names:
+                raise ValueError(f"run {run_id!r}: expected the fields {sorted(names)}")
+            if not all(v is None or (isinstance(v, int | float) and not isinstance(v, bool)) for v in figures.values()):
+                raise ValueError(f"run {run_id!r}: figures must be numbers or null")
+            found[run_id] = LastEvaluation(**{k: math.nan if v is None else float(v) for k, v in figures.items()})
+        return found
+    except ValueError as exc:  # json.JSONDecodeError is one
+        raise ConfigError(f"{source}: not a file of last evaluations: {exc}") from exc
 
 
 def body_table(rows: dict[str, Sequence[LastEvaluation]]) -> str:
