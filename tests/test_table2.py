@@ -54,18 +54,18 @@ def test_a_table_resumes_after_a_crash_reuses_finished_cells_and_reruns_changed_
 
     from benchmarks.table2_page import render  # the results page, generated from the results file
 
-    page, _, records = render(client, "toy", "minionsrl-experiments")
+    page, results_here, records, _ = render(client, "toy", "minionsrl-experiments")
     from benchmarks.table2_page import record_of
 
-    assert record_of(records, _["cells"][0]) is not None  # a record is the cell's only if it is the run reported
-    assert record_of(records, {**_["cells"][0], "run_id": "a-later-run"}) is None
+    assert record_of(records, results_here["cells"][0]) is not None  # a record is the cell's only if it is the run reported
+    assert record_of(records, {**results_here["cells"][0], "run_id": "a-later-run"}) is None
     assert "## CartPole-v1" in page and "--workloads CartPole-v1 --seeds 0 --systems fixed:1 fixed:2" in page
     assert "| fixed:2 | 1 | 0 |" in page and "Missing cells" not in page
     from benchmarks.table2_page import schedule_figure  # a row's actors per round, from its cells' metrics
 
     figure = tmp_path / "results" / "toy_actors.png"
     figure.parent.mkdir()
-    lines = schedule_figure(records, _, figure, tmp_path / "docs" / "toy.md", which=lambda s: s == "fixed:2")
+    lines = schedule_figure(records, results_here, figure, tmp_path / "docs" / "toy.md", which=lambda s: s == "fixed:2")
     assert figure.stat().st_size > 0 and "](../results/toy_actors.png)" in lines
     assert "| CartPole-v1 | fixed:2 | 0 | 2 | 2.0 / 2.0 / - | other |" in lines  # 2 rounds: no last third
 
@@ -82,11 +82,11 @@ def test_a_table_resumes_after_a_crash_reuses_finished_cells_and_reruns_changed_
     # another machine's fresh store: the exported cells are carried in and kept, nothing runs
     from benchmarks.table2_page import export_cells
 
-    assert export_cells(records, _, tmp_path / "cells") == 2
+    assert export_cells(records, results_here, tmp_path / "cells") == 2
     elsewhere = f"sqlite:///{tmp_path / 'elsewhere.db'}"
     carried = table2(**{**args, "tracking_uri": elsewhere, "carry": [str(tmp_path / "cells")]})
     assert ran == [] and sorted(carried.kept) == sorted(third.kept) and carried.tables == third.tables
-    there, results_there, _ = render(MlflowClient(elsewhere), "toy", "minionsrl-experiments")
+    there, results_there, _, _ = render(MlflowClient(elsewhere), "toy", "minionsrl-experiments")
     assert all(c["carried"] for c in results_there["cells"]) and "(2 of 2 carried in from an earlier store)" in there
     with pytest.raises(ConfigError, match="no finished-run record"):
         table2(**{**args, "carry": [str(tmp_path / "docs")]})
@@ -100,12 +100,12 @@ def test_a_table_resumes_after_a_crash_reuses_finished_cells_and_reruns_changed_
     assert fourth.tables["CartPole-v1"][0]["rounds_mean"] == 3
 
     # a carried cell of other settings never replaces a store's own matching one
-    page4, results4, records4 = render(client, "toy", "minionsrl-experiments")
+    page4, results4, records4, _ = render(client, "toy", "minionsrl-experiments")
     assert export_cells(records4, results4, tmp_path / "cells4") == 1  # fixed:2 at 3 rounds
     ran.clear()
     again = table2(**{**args, "tracking_uri": elsewhere, "carry": [str(tmp_path / "cells4")]})
     assert ran == [] and sorted(again.kept) == sorted(third.kept) and again.tables == third.tables
-    _, results_again, _ = render(MlflowClient(elsewhere), "toy", "minionsrl-experiments")
+    _, results_again, _, _ = render(MlflowClient(elsewhere), "toy", "minionsrl-experiments")
     assert all(c["carried"] for c in results_again["cells"])  # still known as carried in, a call later
 
 
