@@ -276,8 +276,7 @@ def main() -> None:
                         help="a checkout of the cells' commit (e.g. a git worktree) when this one's code is newer")
     args = parser.parse_args()
     client = MlflowClient(args.tracking_uri)
-    known_file = Path(args.cells) / EVALUATIONS_FILE if args.cells else None
-    known = parse_evaluations(known_file.read_text(), str(known_file)) if known_file and known_file.exists() else {}
+    known = exported_evaluations(Path(args.cells)) if args.cells else {}
     page, results, records, evaluations = render(client, args.table, args.experiment, args.code_root, known)
     if args.figure:
         page += "\n" + schedule_figure(records, results, Path(args.figure), Path(args.out))
@@ -285,14 +284,22 @@ def main() -> None:
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     if args.cells:
-        print(f"exported {export_cells(records, results, Path(args.cells))} cells to {args.cells}")
-        known_file.write_text(evaluations_json({**known, **evaluations}))  # type: ignore[union-attr]
+        print(f"exported {export_cells(records, results, Path(args.cells), evaluations)} cells to {args.cells}")
     print(f"wrote {args.out}")
 
 
-def export_cells(records: Records, results: dict, out: Path) -> int:
-    """Each finished cell's record as a file of `out` (what another machine's `table2 --carry` keeps)."""
+def exported_evaluations(folder: Path) -> Evaluations:
+    """The last evaluations exported beside cells' records in `folder` (none if it has no file)."""
+    path = folder / EVALUATIONS_FILE
+    return parse_evaluations(path.read_text(), str(path)) if path.exists() else {}
+
+
+def export_cells(records: Records, results: dict, out: Path, evaluations: Evaluations | None = None) -> int:
+    """Each finished cell's record as a file of `out` (what another machine's `table2 --carry` keeps),
+    and the cells' last evaluations added to the file of them there (their MLflow runs stay here)."""
     out.mkdir(parents=True, exist_ok=True)
+    if evaluations:
+        (out / EVALUATIONS_FILE).write_text(evaluations_json({**exported_evaluations(out), **evaluations}))
     count = 0
     for cell in results["cells"]:
         if (record := record_of(records, cell)) is not None:

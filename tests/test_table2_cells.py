@@ -186,6 +186,17 @@ def test_the_page_states_what_the_body_did_at_each_rows_last_evaluation(mlflow_u
     assert "| max | 2 | 1,100 | 700 | 1 | -0.1 |" in lines and "Not known" not in lines
 
 
+def test_exported_evaluations_are_added_to_the_folders_file(tmp_path):
+    # table2_page --cells DIR: a later export adds its cells' evaluations to those already there
+    from benchmarks.table2_page import export_cells, exported_evaluations
+
+    first, later = LastEvaluation(1.0, 2.0, 3.0, 4.0), LastEvaluation(5.0, 6.0, 7.0, 8.0)
+    assert exported_evaluations(tmp_path) == {}
+    export_cells({}, {"cells": []}, tmp_path, {"run-a": first})
+    export_cells({}, {"cells": []}, tmp_path, {"run-b": later})
+    assert exported_evaluations(tmp_path) == {"run-a": first, "run-b": later}
+
+
 def test_last_evaluations_travel_as_strict_json_and_a_bad_file_is_refused():
     from models.report.table2_rows import evaluations_json, parse_evaluations
 
