@@ -118,7 +118,6 @@ def run_rounds(session: TrainingSession, backend: ActorBackend, tracker: RunTrac
     # Round subflows skip heartbeats: each costs up to 1 s at flow exit (the heartbeat
     # thread sleeps in 1 s steps before join). The parent `train` run keeps its own.
     with contextlib.ExitStack() as stack:
-        stack.enter_context(startup_objects_frozen())
         stack.callback(task_runner.close)
         stack.push(_record_round_states(logger))  # the rounds' Completed states, sent in the background
         stack.enter_context(temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}))

@@ -117,7 +117,7 @@ def run_training(setup: RunSetup, tracker: RunTracker, actor_backend: ActorBacke
                  ) -> RunSummary:
     """Open the session and the run, play the rounds, then the policy, the summary and its record."""
     from flows.artifacts import RunArtifacts
-    from flows.rounds import run_rounds
+    from flows.rounds import run_rounds, startup_objects_frozen
     from models.run.journal import RoundJournal
     from models.run.session import TrainingSession
 
@@ -138,9 +138,10 @@ def run_training(setup: RunSetup, tracker: RunTracker, actor_backend: ActorBacke
         if setup.checkpoint is not None:
             settle_crashed_round(session, setup.checkpoint, tracker, journal, ckpt_path)
         await_actors(session, actor_backend)
-        rounds_started_at = time.time()
-        run_rounds(session, actor_backend, tracker, ckpt_path, journal, logger, on_round=artifacts.round_done)
-        rounds_finished_at = time.time()
+        with startup_objects_frozen():  # its collections count as start-up, not as a round's
+            rounds_started_at = time.time()
+            run_rounds(session, actor_backend, tracker, ckpt_path, journal, logger, on_round=artifacts.round_done)
+            rounds_finished_at = time.time()
         if cfg.log_model:
             artifacts.start_plots()
         final = session.save_policy(ckpt_path.with_name("final_policy.pt"))
