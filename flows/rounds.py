@@ -111,6 +111,7 @@ def run_rounds(session: TrainingSession, backend: ActorBackend, tracker: RunTrac
     The checkpoint is written before the round's MLflow record and holds it, so a crash at any
     point loses no round and logs none twice (settle_crashed_round); the journal bills a round
     attempt that a crash cut short. on_round(session) runs after each recorded round."""
+    cycle_started = time.perf_counter()  # a round's cycle: from the end of the one before (or this call)
     cfg = session.cfg
     task_runner = SharedThreadPoolTaskRunner(max_workers=cfg.i_max)  # its threads serve every round
     run_round = round_flow(session, backend, journal, task_runner)
@@ -123,7 +124,6 @@ def run_rounds(session: TrainingSession, backend: ActorBackend, tracker: RunTrac
         stack.enter_context(temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}))
         # a Ctrl-C closes the backend (the round in flight ends) and is raised at the loop's checks
         stack.enter_context(interrupts.deferred(abandon=backend.close))
-        cycle_started = time.perf_counter()  # a round's cycle: from the end of the one before (or here)
         while session.stop_reason is None:
             interrupts.check()
             k = session.round_index

@@ -5,6 +5,8 @@ from __future__ import annotations
 import gc
 import weakref
 
+import pytest
+
 from flows.rounds import startup_objects_frozen
 
 
@@ -30,9 +32,6 @@ def test_rounds_cycles_are_collected_and_startup_objects_are_unfrozen_after():
 
 
 def test_unfrozen_when_the_rounds_raise():
-    try:
-        with startup_objects_frozen():
-            raise KeyboardInterrupt
-    except KeyboardInterrupt:
-        pass
+    with pytest.raises(KeyboardInterrupt), startup_objects_frozen():
+        raise KeyboardInterrupt
     assert gc.get_freeze_count() == 0
