@@ -10,8 +10,8 @@ from flows.tracking import RunTracker
 from models.errors import ConfigError
 
 
-def test_start_on_a_new_store_without_open_does_not_deadlock_on_its_own_lock(mlflow_uri):
-    tracker = RunTracker(mlflow_uri)
+def test_start_on_a_new_store_without_open_does_not_deadlock_on_its_own_lock(new_mlflow_uri):
+    tracker = RunTracker(new_mlflow_uri)
     done = threading.Event()
 
     def start():

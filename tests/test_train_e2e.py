@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import math
 import time
 from pathlib import Path
@@ -25,12 +26,19 @@ REQUIRED_METRICS = [
 ]
 
 
-def test_train_two_rounds_two_actors(prefect_api_url, mlflow_uri, tmp_path):
+def test_train_two_rounds_two_actors(prefect_api_url, mlflow_uri, tmp_path, monkeypatch):
     from prefect import get_client
     from prefect.client.schemas.filters import FlowFilter, FlowFilterName, FlowRunFilter, FlowRunFilterId
 
+    from flows.artifacts import RunArtifacts
     from flows.train import train
 
+    frozen, round_done = [], RunArtifacts.round_done  # the collector's freeze count at each round's end
+
+    def observed_round_done(self, *args):
+        frozen.append(gc.get_freeze_count())
+        round_done(self, *args)
+    monkeypatch.setattr(RunArtifacts, "round_done", observed_round_done)
     called_at = time.time()
     summary = train(env="CartPole-v1", scheduler="fixed:2", max_rounds=2, fragment=128,
                     seed=3, tracking_uri=mlflow_uri, checkpoint_dir=str(tmp_path / "ckpt"),
@@ -44,6 +52,7 @@ def test_train_two_rounds_two_actors(prefect_api_url, mlflow_uri, tmp_path):
     assert summary.rounds == 2
     assert summary.env_steps == 2 * 2 * 128
     assert summary.cost_usd > 0
+    assert len(frozen) == 2 and min(frozen) > 10_000 and gc.get_freeze_count() == 0, frozen  # unfrozen after
 
     client = MlflowClient(mlflow_uri)
     run = client.get_run(summary.run_id)
