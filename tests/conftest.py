@@ -46,6 +46,38 @@ def prefect_api_url(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def fault_dir(tmp_path_factory):
+    """Where tests/slow_env.py's faulty envs note what they did: set for the rest of the session
+    before any actor process or worker that needs it starts (the shared stack's worker included)."""
+    from tests.slow_env import FAULT_DIR_ENV
+
+    folder = tmp_path_factory.mktemp("fault_notes")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(FAULT_DIR_ENV, str(folder))
+        yield folder
+
+
+@pytest.fixture(scope="session")
+def workpool_stack(fault_dir, tmp_path_factory):
+    """One Prefect server, process pool, actor deployments and worker for every work-pool test
+    (each module points its client at it with `client_env()`): a stack's start costs ~13 s here.
+    The tests that use it run last, together (pytest_collection_modifyitems), so it is not idle
+    through the rest of the suite; they filter what they read from it to their own runs."""
+    from deployments.local_stack import ACTOR_DEPLOYMENTS, prefect_stack
+
+    with prefect_stack(tmp_path_factory.mktemp("workpool_stack"), deployments=ACTOR_DEPLOYMENTS) as stack:
+        yield stack
+
+
+def pytest_collection_modifyitems(items):
+    """The tests on the shared work-pool stack go last, in their collected order."""
+    on_stack = [item for item in items if "workpool_stack" in getattr(item, "fixturenames", ())]
+    if on_stack:
+        moved = set(map(id, on_stack))
+        items[:] = [item for item in items if id(item) not in moved] + on_stack
+
+
+@pytest.fixture(scope="session")
 def mlflow_store_template(tmp_path_factory) -> Path:
     """One migrated MLflow SQLite store for the session, made on first use: creating a store's
     schema (its migrations) costs ~1 s here, copying the file a millisecond."""

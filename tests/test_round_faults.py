@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # spawned actor processes copy sys.path: they import tests.slow_env
     sys.path.insert(0, str(ROOT))
 
-from tests.slow_env import FAULT_DIR_ENV, HANG_ONE, KILL_ONE  # noqa: E402
+from tests.slow_env import HANG_ONE, KILL_ONE  # noqa: E402
 from tests.test_workpool import gone  # noqa: E402
 
 pytestmark = pytest.mark.e2e
@@ -40,15 +40,6 @@ LOCAL_MARGIN_S = 4.0
 WORKPOOL_MARGIN_S = 6.0
 
 FRAGMENT = 64  # the faulty actor dies / hangs after 20 of its steps (tests/slow_env.py)
-
-
-@pytest.fixture(scope="module")
-def fault_dir(tmp_path_factory):
-    """Where faulty envs write their notes; set before any actor process (or worker) starts."""
-    folder = tmp_path_factory.mktemp("fault_notes")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(FAULT_DIR_ENV, str(folder))
-        yield folder
 
 
 @pytest.fixture(scope="module")
@@ -199,13 +190,10 @@ def test_local_quorum_not_met_fails_the_run_clearly(prefect_api_url, store_uri, 
 # per-process singleton bound to the first API it met, here the session's temporary API.
 
 @pytest.fixture(scope="module")
-def stack(fault_dir, tmp_path_factory):
-    """Prefect server, process pool, deployments and worker; its actors see FAULT_DIR_ENV."""
-    from deployments.local_stack import ACTOR_DEPLOYMENTS, prefect_stack
-
-    with prefect_stack(tmp_path_factory.mktemp("round_faults_stack"), deployments=ACTOR_DEPLOYMENTS) as s, \
-            s.client_env():
-        yield s
+def stack(workpool_stack):
+    """The session's work-pool stack (tests/conftest.py); its actors see FAULT_DIR_ENV."""
+    with workpool_stack.client_env():
+        yield workpool_stack
 
 
 TRAIN_IN_A_PROCESS = """

@@ -18,7 +18,6 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from deployments.local_stack import ACTOR_DEPLOYMENTS, prefect_stack  # noqa: E402
 from tests.slow_env import HANG  # noqa: E402
 from tests.test_backends_local import make_job  # noqa: E402
 from tests.test_workpool import MARGIN_S, gone, wait_final  # noqa: E402
@@ -27,9 +26,10 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    with prefect_stack(tmp_path_factory.mktemp("workpool_warm"), deployments=ACTOR_DEPLOYMENTS) as s, s.client_env():
-        yield s
+def stack(workpool_stack):
+    """The session's work-pool stack (tests/conftest.py), this module's client pointed at it."""
+    with workpool_stack.client_env():
+        yield workpool_stack
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +76,7 @@ def test_warm_actors_start_in_under_a_second(stack, warm):
               f"{t.infra_startup_s * 1e3:.0f} ms)")
     assert max(b.timings.startup_s for b in batches) < 1.0
     # the servers ran both rounds' actors: no actor flow run was started for them
-    assert runs_of(stack, "actor") == []
+    assert [r for r in runs_of(stack, "actor") if r.parameters.get("prefix") == warm.prefix] == []
 
 
 def test_warm_actor_past_its_timeout_is_cancelled_and_replaced(stack, warm):
