@@ -45,7 +45,7 @@ FRAGMENT = 64  # the faulty actor dies / hangs after 20 of its steps (tests/slow
 @pytest.fixture(scope="module")
 def store_uri(tmp_path_factory):
     """One MLflow store (as the `mlflow_uri` fixture makes it) for the module's runs, each test in
-    its own experiment: creating a store's schema costs ~9 s here, once is enough."""
+    its own experiment: one store's schema is made once."""
     store = tmp_path_factory.mktemp("round_faults_mlruns")
     return f"sqlite:///{store / 'mlflow.db'}"
 
