@@ -8,7 +8,8 @@ sampling its actor counts (models/scheduling/agent.py). Per batch of episodes:
    nested MLflow run under this flow's parent run;
 3. compute each episode's rewards from its summary and run one PPO update;
 4. save the checkpoint and log it as the parent run's artifact scheduler/scheduler.pt, so a
-   crashed scheduler training resumes from the last update (resume_run_id).
+   crashed scheduler training resumes from the last update (resume_run_id), reusing the episodes
+   of its batch in flight that were finished (flows/finished_episodes.py).
 
     python -m flows.scheduler_flows train --env CartPole-v1 --episodes 60 --output sched.pt
     python -m flows.scheduler_flows finetune --source cartpole --env Acrobot-v1 --episodes 10
@@ -39,6 +40,7 @@ from deployments.local_api import prefect_api
 from flows import interrupts, prefect_patches
 from flows.artifacts import EpisodeArtifacts
 from flows.cli import flow_arguments, flow_call, quiet_console
+from flows.finished_episodes import finished_episodes
 from flows.run_setup import fetch_scheduler_checkpoint
 from flows.served_flow import served_flow
 from flows.tracking import RunTracker, project_root, tracked_run
@@ -132,6 +134,8 @@ class SchedulerTraining:
     """Episodes done (a resumed training starts after them)."""
     experiment: str
     checkpoint: Path
+    resumed: bool = False
+    """A resumed training reuses the episodes of its batch in flight that were finished."""
 
     def seeds(self, episode: int, batch_start: int) -> tuple[int, int]:
         """(the workload's seed, the scheduler's sampling seed) of an episode."""
@@ -257,7 +261,7 @@ def resume_training(tracker: RunTracker, run_id: str, overrides: JSONObject, pla
     name_flow_run(f"train-scheduler-{entry.env}-{episodes}ep-seed{entry.seed}")
     get_run_logger().info("resuming scheduler training run %s (%s) after %d episodes", run_id, entry.env,
                           meta.episodes_done)
-    return SchedulerTraining(agent, meta, entry, meta.episodes_done, experiment, Path())
+    return SchedulerTraining(agent, meta, entry, meta.episodes_done, experiment, Path(), resumed=True)
 
 
 def play_episodes(training: SchedulerTraining, tracker: RunTracker, episodes: int, batch_episodes: int,
@@ -271,13 +275,19 @@ def play_episodes(training: SchedulerTraining, tracker: RunTracker, episodes: in
         while training.done < episodes:
             batch = list(range(training.done, min(training.done + batch_episodes, episodes)))
             save_scheduler(training.checkpoint, training.agent, meta=training.meta)  # what the batch loads
-            summaries = []
-            for chunk_start in range(0, len(batch), concurrency):
+            played = (finished_episodes(tracker, {e: training.seeds(e, batch[0]) for e in batch}, training.agent,
+                                        training.checkpoint, logger) if training.resumed else {})
+            training.resumed = False  # later batches are new
+            wall_before += sum(s.wall_time_s for s in played.values())  # an earlier attempt's time
+            to_play = [e for e in batch if e not in played]
+            for chunk_start in range(0, len(to_play), concurrency):
+                chunk = to_play[chunk_start:chunk_start + concurrency]
                 futures = [scheduler_episode.submit(e, str(training.checkpoint), entry.workload, entry.placement,
                                                     *training.seeds(e, batch[0]), run_id, tracker.tracking_uri,
                                                     training.experiment, checkpoint_root)
-                           for e in batch[chunk_start:chunk_start + concurrency]]
-                summaries += [f.result() for f in futures]
+                           for e in chunk]
+                played.update(zip(chunk, (f.result() for f in futures), strict=True))
+            summaries = [played[e] for e in batch]
             results += learn_from_batch(training, tracker, batch, summaries)
             entry.wall_s = wall_before + time.perf_counter() - started
             entry.billed_usd += sum(s.cost_usd for s in summaries)

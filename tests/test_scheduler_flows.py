@@ -6,6 +6,7 @@ Two tiny workload runs in all (CartPole-v1, i_max 4, two rounds of 128-step frag
 from __future__ import annotations
 
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -291,3 +292,54 @@ def test_scheduler_episodes_run_concurrently_on_a_shared_dask_cluster(prefect_ap
     _, _, meta = load_scheduler(result.checkpoint)
     assert meta.trained_on[0].placement.backend == "dask"
     assert meta.trained_on[0].placement.backend_options == {"dask_address": cluster.scheduler_address}
+
+
+def test_a_resume_reuses_the_finished_episodes_of_the_batch_in_flight(prefect_api_url, mlflow_uri, tmp_path,
+                                                                       monkeypatch):
+    """A batch of two stopped in its second episode: the resumed training learns from the first
+    episode's finished run (not played again) and plays only the second; an episode that sampled
+    with other scheduler weights (before an update) is never reused."""
+    import flows.scheduler_flows as scheduler_flows
+    from flows.finished_episodes import finished_run_summary
+    from models.errors import ConfigError
+    from models.scheduling.learned import load_scheduler
+
+    ckpt, client = str(tmp_path / "ckpt"), MlflowClient(mlflow_uri)
+    first = scheduler_flows.train_scheduler(episodes=1, batch_episodes=1, tracking_uri=mlflow_uri,
+                                            checkpoint_dir=ckpt, **TINY)
+    after_update_1 = Path(shutil.copyfile(first.checkpoint, tmp_path / "after_update_1.pt"))
+    real_train = scheduler_flows.train
+
+    def stopped_in_episode_2(**kwargs):
+        if kwargs["scheduler_seed"] == 2:
+            raise ConfigError("stopped here (the test's stand-in for a crash)")
+        return real_train(**kwargs)
+
+    monkeypatch.setattr(scheduler_flows, "train", stopped_in_episode_2)
+    with pytest.raises(ConfigError, match="stopped here"):
+        scheduler_flows.train_scheduler(episodes=3, batch_episodes=2, resume_run_id=first.run_id,
+                                        tracking_uri=mlflow_uri, checkpoint_dir=ckpt, **TINY)
+    children = lambda: client.search_runs(  # noqa: E731
+        [client.get_run(first.run_id).info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{first.run_id}'")
+    (episode_1,) = [c for c in children() if c.data.params["scheduler_seed"] == "1"]
+    assert episode_1.info.status == "FINISHED" and len(children()) == 2
+
+    monkeypatch.setattr(scheduler_flows, "train", real_train)
+    resumed = scheduler_flows.train_scheduler(episodes=3, batch_episodes=2, resume_run_id=first.run_id,
+                                              tracking_uri=mlflow_uri, checkpoint_dir=ckpt, **TINY)
+    assert [e.episode for e in resumed.episodes] == [1, 2] and resumed.updates == 2
+    assert resumed.episodes[0].run_id == episode_1.info.run_id  # reused, not played again
+    assert resumed.episodes[0].wall_time_s == pytest.approx(episode_1.data.metrics["summary/wall_time_s"])
+    assert len(children()) == 3  # episode 0, episode 1 (finished before the stop), episode 2
+    rewards = client.get_metric_history(first.run_id, "episode/reward")
+    assert sorted(m.step for m in rewards) == [0, 1, 2]  # each episode's reward logged once
+    assert resumed.billed_usd == pytest.approx(sum(e.cost_usd for e in first.episodes + resumed.episodes))
+    assert load_scheduler(resumed.checkpoint)[2].episodes_done == 3
+
+    # Episode 1 sampled with the scheduler after update 1; episode 0 before it: never reused.
+    agent = load_scheduler(after_update_1)[0]
+    episode_ckpt = {e: Path(ckpt) / run / "latest.pt"
+                    for e, run in ((0, first.episodes[0].run_id), (1, episode_1.info.run_id))}
+    assert finished_run_summary(episode_ckpt[1], agent, after_update_1).rounds == resumed.episodes[0].rounds
+    with pytest.raises(ConfigError, match="other scheduler weights"):
+        finished_run_summary(episode_ckpt[0], agent, after_update_1)
