@@ -8,8 +8,8 @@ sampling its actor counts (models/scheduling/agent.py). Per batch of episodes:
    nested MLflow run under this flow's parent run;
 3. compute each episode's rewards from its summary and run one PPO update;
 4. save the checkpoint and log it as the parent run's artifact scheduler/scheduler.pt, so a
-   crashed scheduler training resumes from the last update (resume_run_id), reusing the episodes
-   of its batch in flight that were finished (flows/finished_episodes.py).
+   crashed scheduler training resumes from the last update (resume_run_id), with what it had
+   played of its batch in flight (flows/batch_in_flight.py).
 
     python -m flows.scheduler_flows train --env CartPole-v1 --episodes 60 --output sched.pt
     python -m flows.scheduler_flows finetune --source cartpole --env Acrobot-v1 --episodes 10
@@ -39,8 +39,8 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from deployments.local_api import prefect_api
 from flows import interrupts, prefect_patches
 from flows.artifacts import EpisodeArtifacts
+from flows.batch_in_flight import BatchInFlight, batch_in_flight
 from flows.cli import flow_arguments, flow_call, quiet_console
-from flows.finished_episodes import finished_episodes
 from flows.run_setup import fetch_scheduler_checkpoint
 from flows.served_flow import served_flow
 from flows.tracking import RunTracker, project_root, tracked_run
@@ -115,11 +115,13 @@ def _not_a_config_error(task, task_run, state) -> bool:
       persist_result=False, retries=1, retry_condition_fn=_not_a_config_error)
 def scheduler_episode(episode: int, checkpoint: str, workload: Workload, placement: Placement, seed: int,
                       scheduler_seed: int, parent_run_id: str, tracking_uri: str, experiment: str,
-                      checkpoint_dir: str) -> RunSummary:
-    """One scheduler episode: a complete `train` run with the learned scheduler sampling."""
+                      checkpoint_dir: str, resume: str | None = None) -> RunSummary:
+    """One scheduler episode: a complete `train` run with the learned scheduler sampling (or an
+    interrupted one resumed from its run checkpoint)."""
     return train(scheduler=f"learned:{checkpoint}:sample", seed=seed, scheduler_seed=scheduler_seed,
                  parent_run_id=parent_run_id, tracking_uri=tracking_uri, experiment=experiment,
-                 checkpoint_dir=checkpoint_dir, log_model=False, **workload.for_ppo(), **placement.given())
+                 checkpoint_dir=checkpoint_dir, log_model=False, resume=resume, **workload.for_ppo(),
+                 **placement.given())
 
 
 @dataclass
@@ -275,16 +277,17 @@ def play_episodes(training: SchedulerTraining, tracker: RunTracker, episodes: in
         while training.done < episodes:
             batch = list(range(training.done, min(training.done + batch_episodes, episodes)))
             save_scheduler(training.checkpoint, training.agent, meta=training.meta)  # what the batch loads
-            played = (finished_episodes(tracker, {e: training.seeds(e, batch[0]) for e in batch}, training.agent,
-                                        training.checkpoint, logger) if training.resumed else {})
+            earlier = (batch_in_flight(tracker, {e: training.seeds(e, batch[0]) for e in batch}, training.agent,
+                                       training.checkpoint, logger) if training.resumed else BatchInFlight())
             training.resumed = False  # later batches are new
+            played = earlier.finished
             wall_before += sum(s.wall_time_s for s in played.values())  # an earlier attempt's time
             to_play = [e for e in batch if e not in played]
             for chunk_start in range(0, len(to_play), concurrency):
                 chunk = to_play[chunk_start:chunk_start + concurrency]
                 futures = [scheduler_episode.submit(e, str(training.checkpoint), entry.workload, entry.placement,
                                                     *training.seeds(e, batch[0]), run_id, tracker.tracking_uri,
-                                                    training.experiment, checkpoint_root)
+                                                    training.experiment, checkpoint_root, earlier.interrupted.get(e))
                            for e in chunk]
                 played.update(zip(chunk, (f.result() for f in futures), strict=True))
             summaries = [played[e] for e in batch]

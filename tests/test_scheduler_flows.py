@@ -294,15 +294,17 @@ def test_scheduler_episodes_run_concurrently_on_a_shared_dask_cluster(prefect_ap
     assert meta.trained_on[0].placement.backend_options == {"dask_address": cluster.scheduler_address}
 
 
-def test_a_resume_reuses_the_finished_episodes_of_the_batch_in_flight(prefect_api_url, mlflow_uri, tmp_path,
-                                                                       monkeypatch):
-    """A batch of two stopped in its second episode: the resumed training learns from the first
-    episode's finished run (not played again) and plays only the second; an episode that sampled
-    with other scheduler weights (before an update) is never reused."""
+def test_a_resume_reuses_what_it_had_played_of_the_batch_in_flight(prefect_api_url, mlflow_uri, tmp_path,
+                                                                    monkeypatch):
+    """A batch of two crashed after round 0 of its second episode: the resumed training learns
+    from the first episode's finished run (not played again) and resumes the second's run after
+    its last round; a run that sampled with other scheduler weights (before an update) is never
+    reused."""
     import flows.scheduler_flows as scheduler_flows
-    from flows.finished_episodes import finished_run_summary
+    from flows.batch_in_flight import agents_checkpoint, finished_run_summary
     from models.errors import ConfigError
     from models.scheduling.learned import load_scheduler
+    from tasks.chaos import CHAOS_ENV, SimulatedCrash
 
     ckpt, client = str(tmp_path / "ckpt"), MlflowClient(mlflow_uri)
     first = scheduler_flows.train_scheduler(episodes=1, batch_episodes=1, tracking_uri=mlflow_uri,
@@ -310,19 +312,22 @@ def test_a_resume_reuses_the_finished_episodes_of_the_batch_in_flight(prefect_ap
     after_update_1 = Path(shutil.copyfile(first.checkpoint, tmp_path / "after_update_1.pt"))
     real_train = scheduler_flows.train
 
-    def stopped_in_episode_2(**kwargs):
-        if kwargs["scheduler_seed"] == 2:
-            raise ConfigError("stopped here (the test's stand-in for a crash)")
-        return real_train(**kwargs)
+    def crash_in_episode_2(**kwargs):
+        with monkeypatch.context() as m:
+            if kwargs["scheduler_seed"] == 2:
+                m.setenv(CHAOS_ENV, "saved:0")  # dies after round 0's checkpoint (and so does its retry)
+            return real_train(**kwargs)
 
-    monkeypatch.setattr(scheduler_flows, "train", stopped_in_episode_2)
-    with pytest.raises(ConfigError, match="stopped here"):
+    monkeypatch.setattr(scheduler_flows, "train", crash_in_episode_2)
+    with pytest.raises(SimulatedCrash):
         scheduler_flows.train_scheduler(episodes=3, batch_episodes=2, resume_run_id=first.run_id,
                                         tracking_uri=mlflow_uri, checkpoint_dir=ckpt, **TINY)
     children = lambda: client.search_runs(  # noqa: E731
-        [client.get_run(first.run_id).info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{first.run_id}'")
+        [client.get_run(first.run_id).info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{first.run_id}'",
+        order_by=["attributes.start_time DESC"])
     (episode_1,) = [c for c in children() if c.data.params["scheduler_seed"] == "1"]
-    assert episode_1.info.status == "FINISHED" and len(children()) == 2
+    crashed = [c for c in children() if c.data.params["scheduler_seed"] == "2"]
+    assert episode_1.info.status == "FINISHED" and [c.info.status for c in crashed] == ["FAILED", "FAILED"]
 
     monkeypatch.setattr(scheduler_flows, "train", real_train)
     resumed = scheduler_flows.train_scheduler(episodes=3, batch_episodes=2, resume_run_id=first.run_id,
@@ -330,7 +335,9 @@ def test_a_resume_reuses_the_finished_episodes_of_the_batch_in_flight(prefect_ap
     assert [e.episode for e in resumed.episodes] == [1, 2] and resumed.updates == 2
     assert resumed.episodes[0].run_id == episode_1.info.run_id  # reused, not played again
     assert resumed.episodes[0].wall_time_s == pytest.approx(episode_1.data.metrics["summary/wall_time_s"])
-    assert len(children()) == 3  # episode 0, episode 1 (finished before the stop), episode 2
+    assert resumed.episodes[1].run_id == crashed[0].info.run_id  # the newest attempt, resumed
+    assert resumed.episodes[1].rounds == 2 and client.get_run(crashed[0].info.run_id).info.status == "FINISHED"
+    assert len(children()) == 4  # episode 0, episode 1, and episode 2's two attempts: no new run
     rewards = client.get_metric_history(first.run_id, "episode/reward")
     assert sorted(m.step for m in rewards) == [0, 1, 2]  # each episode's reward logged once
     assert resumed.billed_usd == pytest.approx(sum(e.cost_usd for e in first.episodes + resumed.episodes))
@@ -340,6 +347,7 @@ def test_a_resume_reuses_the_finished_episodes_of_the_batch_in_flight(prefect_ap
     agent = load_scheduler(after_update_1)[0]
     episode_ckpt = {e: Path(ckpt) / run / "latest.pt"
                     for e, run in ((0, first.episodes[0].run_id), (1, episode_1.info.run_id))}
-    assert finished_run_summary(episode_ckpt[1], agent, after_update_1).rounds == resumed.episodes[0].rounds
+    summary = finished_run_summary(agents_checkpoint(episode_ckpt[1], agent), after_update_1, "episode 1")
+    assert summary.rounds == resumed.episodes[0].rounds and summary.cost_usd == resumed.episodes[0].cost_usd
     with pytest.raises(ConfigError, match="other scheduler weights"):
-        finished_run_summary(episode_ckpt[0], agent, after_update_1)
+        agents_checkpoint(episode_ckpt[0], agent)
