@@ -117,11 +117,17 @@ def scheduler_episode(episode: int, checkpoint: str, workload: Workload, placeme
                       scheduler_seed: int, parent_run_id: str, tracking_uri: str, experiment: str,
                       checkpoint_dir: str, resume: str | None = None) -> RunSummary:
     """One scheduler episode: a complete `train` run with the learned scheduler sampling (or an
-    interrupted one resumed from its run checkpoint)."""
-    return train(scheduler=f"learned:{checkpoint}:sample", seed=seed, scheduler_seed=scheduler_seed,
-                 parent_run_id=parent_run_id, tracking_uri=tracking_uri, experiment=experiment,
-                 checkpoint_dir=checkpoint_dir, log_model=False, resume=resume, **workload.for_ppo(),
-                 **placement.given())
+    interrupted one resumed from its run checkpoint; played afresh if that one is refused)."""
+    run = {"scheduler": f"learned:{checkpoint}:sample", "seed": seed, "scheduler_seed": scheduler_seed,
+           "parent_run_id": parent_run_id, "tracking_uri": tracking_uri, "experiment": experiment,
+           "checkpoint_dir": checkpoint_dir, "log_model": False, **workload.for_ppo(), **placement.given()}
+    if resume:
+        try:
+            return train(resume=resume, **run)
+        except ConfigError as exc:
+            get_run_logger().warning("episode %d: its run could not be resumed from %s (%s): played again",
+                                     episode, resume, exc)
+    return train(**run)
 
 
 @dataclass

@@ -351,3 +351,26 @@ def test_a_resume_reuses_what_it_had_played_of_the_batch_in_flight(prefect_api_u
     assert summary.rounds == resumed.episodes[0].rounds and summary.cost_usd == resumed.episodes[0].cost_usd
     with pytest.raises(ConfigError, match="other scheduler weights"):
         agents_checkpoint(episode_ckpt[0], agent)
+
+
+def test_an_episode_whose_run_cannot_be_resumed_is_played_afresh(prefect_api_url, mlflow_uri, tmp_path):
+    from prefect import flow
+
+    from flows.scheduler_flows import scheduler_episode
+    from models.scheduling.agent import SchedulerAgent
+    from models.scheduling.learned import save_scheduler
+
+    scheduler = save_scheduler(tmp_path / "scheduler.pt", SchedulerAgent(4))
+    client = MlflowClient(mlflow_uri)
+    parent = client.create_run(client.create_experiment("episode-afresh")).info.run_id
+
+    @flow
+    def one_episode():
+        return scheduler_episode.fn(0, str(scheduler), TINY_WORK, TINY["placement"], 3, 4, parent, mlflow_uri,
+                                    "episode-afresh", str(tmp_path / "ckpt"), resume=str(tmp_path / "gone.pt"))
+
+    summary = one_episode()
+    assert summary.rounds == 2 and summary.stop_reason is not None
+    run = client.get_run(summary.run_id)
+    assert run.data.tags["mlflow.parentRunId"] == parent
+    assert (run.data.params["seed"], run.data.params["scheduler_seed"]) == ("3", "4")
