@@ -39,6 +39,9 @@ class BatchInFlight:
     interrupted: dict[int, str] = field(default_factory=dict)
     """Runs stopped after some rounds: their checkpoints, resumed after their last round (one
     whose last round had stopped it just finishes)."""
+    earlier_wall_s: float = 0.0
+    """This machine's clock the earlier attempt spent on these runs (the finished runs' wall, the
+    interrupted runs' rounds): the training's wall counts it once."""
 
 
 def batch_in_flight(tracker: RunTracker, seeds: dict[int, tuple[int, int]], agent: SchedulerAgent,
@@ -62,6 +65,7 @@ def batch_in_flight(tracker: RunTracker, seeds: dict[int, tuple[int, int]], agen
             checkpoint = agents_checkpoint(path, agent)
             if run.info.status != "FINISHED":  # killed, failed, or its process died (RUNNING)
                 found.interrupted[episode] = str(path)
+                found.earlier_wall_s += float(checkpoint.progress.get("sum_cycle_wall_s", 0.0))
                 logger.info("episode %d: stopped after %d rounds (run %s): resumed after its last round",
                             episode, len(checkpoint.progress.get("history", [])), run_id)
                 continue
@@ -75,6 +79,7 @@ def batch_in_flight(tracker: RunTracker, seeds: dict[int, tuple[int, int]], agen
             summary, run_id=run_id, tracking_uri=tracker.tracking_uri,
             wall_time_s=metrics.get("summary/wall_time_s", summary.wall_time_s),
             cloud_time_s=metrics.get("summary/cloud_time_s", summary.cloud_time_s))
+        found.earlier_wall_s += found.finished[episode].wall_time_s
         logger.info("episode %d: finished before the stop (run %s, %d rounds, %s): reused, not played again",
                     episode, run_id, summary.rounds, summary.stop_reason)
     return found

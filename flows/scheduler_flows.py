@@ -143,7 +143,8 @@ class SchedulerTraining:
     experiment: str
     checkpoint: Path
     resumed: bool = False
-    """A resumed training reuses the episodes of its batch in flight that were finished."""
+    """A resumed training reuses what it had played of its batch in flight (finished episodes, and
+    interrupted ones resumed after their last round)."""
 
     def seeds(self, episode: int, batch_start: int) -> tuple[int, int]:
         """(the workload's seed, the scheduler's sampling seed) of an episode."""
@@ -287,7 +288,7 @@ def play_episodes(training: SchedulerTraining, tracker: RunTracker, episodes: in
                                        training.checkpoint, logger) if training.resumed else BatchInFlight())
             training.resumed = False  # later batches are new
             played = earlier.finished
-            wall_before += sum(s.wall_time_s for s in played.values())  # an earlier attempt's time
+            wall_before += earlier.earlier_wall_s
             to_play = [e for e in batch if e not in played]
             for chunk_start in range(0, len(to_play), concurrency):
                 chunk = to_play[chunk_start:chunk_start + concurrency]

@@ -5,6 +5,7 @@ Two tiny workload runs in all (CartPole-v1, i_max 4, two rounds of 128-step frag
 
 from __future__ import annotations
 
+import logging
 import math
 import shutil
 from pathlib import Path
@@ -301,8 +302,10 @@ def test_a_resume_reuses_what_it_had_played_of_the_batch_in_flight(prefect_api_u
     its last round; a run that sampled with other scheduler weights (before an update) is never
     reused."""
     import flows.scheduler_flows as scheduler_flows
-    from flows.batch_in_flight import agents_checkpoint, finished_run_summary
+    from flows.batch_in_flight import agents_checkpoint, batch_in_flight, finished_run_summary
+    from flows.tracking import RunTracker
     from models.errors import ConfigError
+    from models.run.checkpoint import load_run_checkpoint
     from models.scheduling.learned import load_scheduler
     from tasks.chaos import CHAOS_ENV, SimulatedCrash
 
@@ -329,6 +332,16 @@ def test_a_resume_reuses_what_it_had_played_of_the_batch_in_flight(prefect_api_u
     crashed = [c for c in children() if c.data.params["scheduler_seed"] == "2"]
     assert episode_1.info.status == "FINISHED" and [c.info.status for c in crashed] == ["FAILED", "FAILED"]
 
+    # What the earlier attempt spent on the batch: episode 1's wall and episode 2's round 0.
+    tracker = RunTracker(mlflow_uri)
+    tracker.run_id, tracker.experiment_id = first.run_id, episode_1.info.experiment_id
+    seeds = {e: (int(run.data.params["seed"]), e) for e, run in ((1, episode_1), (2, crashed[0]))}
+    earlier = batch_in_flight(tracker, seeds, load_scheduler(after_update_1)[0], after_update_1,
+                              logging.getLogger("test"))
+    round_0 = load_run_checkpoint(Path(ckpt) / crashed[0].info.run_id / "latest.pt").progress["sum_cycle_wall_s"]
+    assert round_0 > 0 and list(earlier.finished) == [1] and list(earlier.interrupted) == [2]
+    assert earlier.earlier_wall_s == pytest.approx(episode_1.data.metrics["summary/wall_time_s"] + round_0)
+
     monkeypatch.setattr(scheduler_flows, "train", real_train)
     resumed = scheduler_flows.train_scheduler(episodes=3, batch_episodes=2, resume_run_id=first.run_id,
                                               tracking_uri=mlflow_uri, checkpoint_dir=ckpt, **TINY)
@@ -342,6 +355,8 @@ def test_a_resume_reuses_what_it_had_played_of_the_batch_in_flight(prefect_api_u
     assert sorted(m.step for m in rewards) == [0, 1, 2]  # each episode's reward logged once
     assert resumed.billed_usd == pytest.approx(sum(e.cost_usd for e in first.episodes + resumed.episodes))
     assert load_scheduler(resumed.checkpoint)[2].episodes_done == 3
+    # the training's wall covers both attempts: every episode's rounds, the interrupted one's too
+    assert resumed.wall_s >= first.wall_s + sum(e.wall_time_s for e in resumed.episodes)
 
     # Episode 1 sampled with the scheduler after update 1; episode 0 before it: never reused.
     agent = load_scheduler(after_update_1)[0]
