@@ -153,7 +153,11 @@ class SchedulerTraining:
 
 
 def scheduler_run_name() -> str:
+    """What ran: the workload, episodes and seed; a resume first names the training it continues
+    (its log lines say so), renamed for its workload and seed once they are read (resume_training)."""
     p = flow_run_context.parameters
+    if p.get("resume_run_id"):
+        return f"train-scheduler-resume-{str(p['resume_run_id'])[:12]}-{p.get('episodes', 60)}ep"
     return f"train-scheduler-{workload_env(p)}-{p.get('episodes', 60)}ep-seed{p.get('seed', 0)}"
 
 
