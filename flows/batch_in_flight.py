@@ -64,8 +64,9 @@ def batch_in_flight(tracker: RunTracker, seeds: dict[int, tuple[int, int]], agen
         try:
             checkpoint = agents_checkpoint(path, agent)
             if run.info.status != "FINISHED":  # killed, failed, or its process died (RUNNING)
+                earlier_wall_s = float(checkpoint.progress.get("sum_cycle_wall_s", 0.0))  # before any record
                 found.interrupted[episode] = str(path)
-                found.earlier_wall_s += float(checkpoint.progress.get("sum_cycle_wall_s", 0.0))
+                found.earlier_wall_s += earlier_wall_s
                 logger.info("episode %d: stopped after %d rounds (run %s): resumed after its last round",
                             episode, len(checkpoint.progress.get("history", [])), run_id)
                 continue

@@ -389,3 +389,14 @@ def test_an_episode_whose_run_cannot_be_resumed_is_played_afresh(prefect_api_url
     run = client.get_run(summary.run_id)
     assert run.data.tags["mlflow.parentRunId"] == parent
     assert (run.data.params["seed"], run.data.params["scheduler_seed"]) == ("3", "4")
+
+
+def test_a_resumed_training_is_named_for_the_run_it_continues(monkeypatch):
+    """Its workload is read from the run later: the name must not say the env parameter's default."""
+    import types
+
+    import flows.scheduler_flows as scheduler_flows
+
+    monkeypatch.setattr(scheduler_flows, "flow_run_context",
+                        types.SimpleNamespace(parameters={"resume_run_id": "1f5114bef90c485db428", "episodes": 96}))
+    assert scheduler_flows.scheduler_run_name() == "train-scheduler-resume-1f5114bef90c-96ep"
